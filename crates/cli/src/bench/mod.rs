@@ -1,0 +1,36 @@
+//! `fusefss bench …`: measurements printed as a table or as JSON lines.
+
+use clap::{Args, Subcommand};
+
+mod fss;
+
+/// Arguments of `fusefss bench`.
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    what: BenchCommand,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// FSS primitives (DPF, 1-bit DPF comparison, DCF, full-domain DPF) on one thread.
+    ///
+    /// For each primitive: one party's key bytes, key generation time per key, batched
+    /// evaluation time per point, AES blocks per evaluation and the AES time per block
+    /// measured in the same run, so that `eval_ns / (aes_blocks_per_eval ·
+    /// aes_ns_per_block)` is the distance from the AES floor.
+    Fss(fss::FssBenchArgs),
+}
+
+/// Run a `bench` subcommand.
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    match args.what {
+        BenchCommand::Fss(a) => fss::run(a),
+    }
+}
+
+/// Median of a non-empty sample.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}

@@ -1,0 +1,91 @@
+//! Criterion benchmarks of the FSS primitives: the rows of `fusefss bench fss` (DCF, DPF,
+//! 1-bit DPF comparison, full-domain DPF), batched, per evaluated point.
+//!
+//! `cargo bench -p fss` (set `RAYON_NUM_THREADS=1` for one-thread numbers).
+
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use fss::bitdpf::{self, BitDpfParams, CmpShares};
+use fss::dcf::{self, DcfParams};
+use fss::dpf::{self, DpfParams};
+use fss::ring::mask;
+use fss::rng::{DealerRng, Rng, SeedableRng};
+use fss::{AddShare, prg};
+
+const BATCH: usize = 8192;
+
+fn points(r: &mut DealerRng, count: usize, bits: u32) -> Vec<u64> {
+    (0..count).map(|_| r.next_u64() & mask(bits)).collect()
+}
+
+fn bench_eval(c: &mut Criterion) {
+    let mut r = DealerRng::seed_from_u64(1);
+    let mut g = c.benchmark_group("eval");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    for (n, ell, kw) in [(50, 64, 1), (50, 64, 4)] {
+        let p = DcfParams::new(n, ell, kw).unwrap();
+        let betas = points(&mut r, BATCH * kw as usize, ell);
+        let (k0, _) = dcf::keygen(p, &points(&mut r, BATCH, n), &betas, &mut r).unwrap();
+        let xs = points(&mut r, BATCH, n);
+        let mut out = vec![AddShare::default(); BATCH * kw as usize];
+        g.bench_function(BenchmarkId::new("dcf", format!("n{n}_l{ell}_k{kw}")), |b| {
+            b.iter(|| k0.eval(black_box(&xs), &mut out).unwrap())
+        });
+    }
+    let p = DpfParams::new(50, 64).unwrap();
+    let (k0, _) = dpf::keygen(p, &points(&mut r, BATCH, 50), &points(&mut r, BATCH, 64), &mut r).unwrap();
+    let xs = points(&mut r, BATCH, 50);
+    let mut out = vec![AddShare::default(); BATCH];
+    g.bench_function(BenchmarkId::new("dpf", "n50_l64"), |b| {
+        b.iter(|| k0.eval(black_box(&xs), &mut out).unwrap())
+    });
+    let p = BitDpfParams::new(50).unwrap();
+    let (k0, _) = bitdpf::keygen(p, &points(&mut r, BATCH, 50), &mut r).unwrap();
+    let mut out = vec![CmpShares::default(); BATCH];
+    g.bench_function(BenchmarkId::new("dpf_lt", "n50"), |b| {
+        b.iter(|| k0.eval(black_box(&xs), &mut out).unwrap())
+    });
+    g.finish();
+}
+
+fn bench_full_domain(c: &mut Criterion) {
+    let mut r = DealerRng::seed_from_u64(2);
+    let mut g = c.benchmark_group("full_domain");
+    for n in [8u32, 13] {
+        g.throughput(Throughput::Elements(1 << n));
+        let (k, _) = dpf::keygen(DpfParams::new(n, 64).unwrap(), &[3], &[1], &mut r).unwrap();
+        g.bench_function(BenchmarkId::new("dpf_l64", n), |b| b.iter(|| black_box(k.full_domain(0).unwrap())));
+        let (k, _) = bitdpf::keygen(BitDpfParams::new(n).unwrap(), &[3], &mut r).unwrap();
+        g.bench_function(BenchmarkId::new("dpf_l1", n), |b| b.iter(|| black_box(k.full_domain(0).unwrap())));
+    }
+    g.finish();
+}
+
+fn bench_keygen(c: &mut Criterion) {
+    let mut r = DealerRng::seed_from_u64(3);
+    let mut g = c.benchmark_group("keygen");
+    const KEYS: usize = 1024;
+    g.throughput(Throughput::Elements(KEYS as u64));
+    let alphas = points(&mut r, KEYS, 50);
+    let betas = points(&mut r, KEYS, 64);
+    let p = DcfParams::new(50, 64, 1).unwrap();
+    g.bench_function("dcf_n50_l64_k1", |b| b.iter(|| dcf::keygen(p, &alphas, &betas, &mut r).unwrap()));
+    let p = BitDpfParams::new(50).unwrap();
+    g.bench_function("dpf_lt_n50", |b| b.iter(|| bitdpf::keygen(p, &alphas, &mut r).unwrap()));
+    g.finish();
+}
+
+fn bench_aes(c: &mut Criterion) {
+    let mut g = c.benchmark_group("aes");
+    let input = vec![prg::AesBlock::default(); 1024];
+    let mut out = input.clone();
+    g.throughput(Throughput::Elements(1024));
+    g.bench_function("fixed_key_1024_blocks", |b| {
+        b.iter(|| prg::Prg::global().encrypt(prg::HashKey::Left, black_box(&input), &mut out))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_eval, bench_full_domain, bench_keygen, bench_aes);
+criterion_main!(benches);

@@ -1,0 +1,582 @@
+//! The 1-bit DPF with early termination and the comparisons read from it by prefix parity
+//! (SIGMA's layout; fss-building-blocks.md §3.3 and §4).
+//!
+//! A key at point `α` on `n` bits gives XOR shares of `1{y = α}`, `1{y < α}` and `1{y > α}`
+//! for any public `y`, all from one walk down the tree. The tree stops `ν = 7` levels early:
+//! one 128-bit leaf block holds 128 outputs, so a walk costs `n − 7` AES.
+//!
+//! Layout for `n > 7` (`L = n − 7`): root seed, `L − 1` levels of (seed CW, `tL`, `tR`) and
+//! two 128-bit leaf CWs: `λ + (L − 1)(λ + 2) + 2λ` bits (the `130n − 656` of §8). For
+//! `n ≤ 7` the key is XOR shares of the truth table of `j ↦ 1{j = α}` (`2^n` bits).
+//!
+//! Leaf bit order: output `y` sits at bit `y mod 128` of its leaf block, counted from the
+//! least significant bit (as in `fss_reference_model.py`).
+
+use zeroize::{Zeroize, ZeroizeOnDrop};
+
+use crate::codec::{self, BitReader, BitWriter, Header, KeyKind};
+use crate::dpf::{MAX_FULL_DOMAIN_BITS, expand_full};
+use crate::error::{DecodeError, FssError};
+use crate::prg::{AesBlock, HashKey, Prg, from_block, sigma, to_block};
+use crate::rng::{CryptoRng, random_block, random_seed};
+use crate::share::{Party, XorBit};
+use crate::tree::{DealerTrees, TreeKeys, correct, path_bit};
+use crate::walk::{self, Walk, pad};
+
+/// `ν`: outputs per leaf block are `2^ν = 128`.
+pub const LEAF_BITS: u32 = 7;
+
+/// Shape of a 1-bit DPF: the input width `n`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BitDpfParams {
+    domain_bits: u32,
+}
+
+impl BitDpfParams {
+    /// A 1-bit DPF on `n = domain_bits` input bits.
+    ///
+    /// # Errors
+    /// [`FssError::InvalidWidth`] unless `1 ≤ n ≤ 64`.
+    pub fn new(domain_bits: u32) -> Result<BitDpfParams, FssError> {
+        if !(1..=64).contains(&domain_bits) {
+            return Err(FssError::InvalidWidth(domain_bits));
+        }
+        Ok(BitDpfParams { domain_bits })
+    }
+
+    /// Input width `n`.
+    pub fn domain_bits(self) -> u32 {
+        self.domain_bits
+    }
+
+    /// Tree depth `L = n − 7` (0 for a truth-table key).
+    pub fn levels(self) -> u32 {
+        self.domain_bits.saturating_sub(LEAF_BITS)
+    }
+
+    fn is_table(self) -> bool {
+        self.domain_bits <= LEAF_BITS
+    }
+
+    /// One party's key material per key, in bits: `λ + (L−1)(λ+2) + 2λ`, or `2^n` for
+    /// `n ≤ 7`.
+    pub fn key_bits(self) -> u64 {
+        if self.is_table() { 1 << self.domain_bits } else { TreeKeys::key_bits(self.levels() - 1) + 256 }
+    }
+
+    /// AES blocks for one point evaluation (`n − 7`, or 0 for a table).
+    pub fn aes_per_eval(self) -> u64 {
+        self.levels() as u64
+    }
+}
+
+/// One party's keys for a batch of 1-bit DPFs of one shape. `Debug` shows only the shape;
+/// the material is zeroized on drop.
+#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+pub struct BitDpfKeys {
+    #[zeroize(skip)]
+    params: BitDpfParams,
+    #[zeroize(skip)]
+    party: Party,
+    /// Roots and the first `L − 1` levels (no levels for table keys).
+    tree: TreeKeys,
+    /// Per key, the two leaf correction blocks; for a table key `[table share, 0]`.
+    leaf_cw: Vec<[u128; 2]>,
+}
+
+impl std::fmt::Debug for BitDpfKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BitDpfKeys")
+            .field("params", &self.params)
+            .field("party", &self.party)
+            .field("len", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The shares one evaluation yields.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CmpShares {
+    /// Share of `1{y < α}`.
+    pub lt: XorBit,
+    /// Share of `1{y = α}`.
+    pub eq: XorBit,
+}
+
+impl CmpShares {
+    /// Share of `1{y > α} = 1 ⊕ 1{y < α} ⊕ 1{y = α}` (the two are exclusive); party 0 adds
+    /// the constant.
+    pub fn gt(self, party: Party) -> XorBit {
+        XorBit(self.lt.0 ^ self.eq.0 ^ (party == Party::P0))
+    }
+}
+
+/// Deal both parties' keys at the points `α_i`, all levels in lockstep.
+///
+/// # Errors
+/// [`FssError::PointOutOfDomain`] if some `α ≥ 2^n`.
+pub fn keygen<R: CryptoRng + ?Sized>(
+    params: BitDpfParams,
+    alphas: &[u64],
+    rng: &mut R,
+) -> Result<(BitDpfKeys, BitDpfKeys), FssError> {
+    walk::check_points(alphas, params.domain_bits)?;
+    let m = alphas.len();
+    let key = |party, tree, leaf_cw| BitDpfKeys { params, party, tree, leaf_cw };
+    if params.is_table() {
+        let (t0, t1) = (TreeKeys::with_capacity(0, 0), TreeKeys::with_capacity(0, 0));
+        let mut shares = (Vec::with_capacity(m), Vec::with_capacity(m));
+        for &a in alphas {
+            let s0 = random_block(rng) & table_mask(params.domain_bits);
+            shares.0.push([s0, 0]);
+            shares.1.push([s0 ^ (1u128 << a), 0]);
+        }
+        return Ok((key(Party::P0, t0, shares.0), key(Party::P1, t1, shares.1)));
+    }
+    let (n, levels) = (params.domain_bits, params.levels());
+    let prg = Prg::global();
+    let roots: Vec<u128> = (0..2 * m).map(|_| random_seed(rng)).collect();
+    let mut trees = DealerTrees::new(roots, levels - 1);
+    for i in 0..levels - 1 {
+        trees.expand(prg);
+        trees.step(i, |k| path_bit(alphas[k], n, i));
+    }
+    // Last level: the full hash outputs are the leaf blocks (§3.3).
+    trees.expand(prg);
+    let leaf_cw = (0..m)
+        .map(|k| {
+            let a = path_bit(alphas[k], n, levels - 1) as usize;
+            let mut cw =
+                [trees.left[2 * k] ^ trees.left[2 * k + 1], trees.right[2 * k] ^ trees.right[2 * k + 1]];
+            cw[a] ^= 1u128 << (alphas[k] & 127);
+            cw
+        })
+        .collect::<Vec<_>>();
+    let (t0, t1) = trees.split_keys();
+    Ok((key(Party::P0, t0, leaf_cw.clone()), key(Party::P1, t1, leaf_cw)))
+}
+
+impl BitDpfKeys {
+    /// The keys' shape.
+    pub fn params(&self) -> BitDpfParams {
+        self.params
+    }
+
+    /// The party these keys belong to.
+    pub fn party(&self) -> Party {
+        self.party
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.leaf_cw.len()
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Keys `start..end` as a batch of their own.
+    ///
+    /// # Panics
+    /// If the range is out of bounds (a caller bug).
+    pub fn slice(&self, start: usize, end: usize) -> BitDpfKeys {
+        let tree = if self.params.is_table() { self.tree.clone() } else { self.tree.slice(start, end) };
+        BitDpfKeys {
+            params: self.params,
+            party: self.party,
+            tree,
+            leaf_cw: self.leaf_cw[start..end].to_vec(),
+        }
+    }
+
+    /// Evaluate key `i` at `points[i]` for every key: shares of `1{y < α_i}` and
+    /// `1{y = α_i}`. Level by level; split across the rayon pool above [`walk::CHUNK`] keys.
+    ///
+    /// # Errors
+    /// [`FssError::LengthMismatch`] or [`FssError::PointOutOfDomain`].
+    pub fn eval(&self, points: &[u64], out: &mut [CmpShares]) -> Result<(), FssError> {
+        walk::check_len(self.len(), points.len())?;
+        self.eval_lanes(None, points, out)
+    }
+
+    /// Evaluate key `keys[j]` at `points[j]` for every lane `j`.
+    ///
+    /// # Errors
+    /// [`FssError::LengthMismatch`], [`FssError::PointOutOfDomain`] or
+    /// [`FssError::InvalidParams`] for a key index out of range.
+    pub fn eval_indexed(&self, keys: &[u32], points: &[u64], out: &mut [CmpShares]) -> Result<(), FssError> {
+        walk::check_len(keys.len(), points.len())?;
+        walk::check_indices(keys, self.len())?;
+        self.eval_lanes(Some(keys), points, out)
+    }
+
+    /// Evaluate key `i` at one point (slow path).
+    ///
+    /// # Errors
+    /// As [`BitDpfKeys::eval_indexed`].
+    pub fn eval_one(&self, i: usize, y: u64) -> Result<CmpShares, FssError> {
+        let mut out = [CmpShares::default()];
+        self.eval_indexed(&[walk::index(i, self.len())?], &[y], &mut out)?;
+        Ok(out[0])
+    }
+
+    fn eval_lanes(
+        &self,
+        keys: Option<&[u32]>,
+        points: &[u64],
+        out: &mut [CmpShares],
+    ) -> Result<(), FssError> {
+        walk::check_len(points.len(), out.len())?;
+        walk::check_points(points, self.params.domain_bits)?;
+        walk::run_chunks(keys, points, out, 1, |map, pts, o| match map {
+            walk::KeyMap::Offset(off) => self.eval_chunk(|k| off + k, pts, o),
+            walk::KeyMap::Indexed(ix) => self.eval_chunk(|k| ix[k] as usize, pts, o),
+        });
+        Ok(())
+    }
+
+    fn eval_chunk(&self, key: impl Fn(usize) -> usize, points: &[u64], out: &mut [CmpShares]) {
+        let m = points.len();
+        if self.params.is_table() {
+            for k in 0..m {
+                out[k] = self.finish(points[k], self.leaf_cw[key(k)][0], 0, 0);
+            }
+            return;
+        }
+        let (n, levels) = (self.params.domain_bits, self.params.levels());
+        let prg = Prg::global();
+        let mut w = Walk::new(m, |k| self.tree.roots[key(k)], self.party.bit());
+        let mut enc = w.buffers();
+        // Prefix parity (§4): XOR in t where the path turns; masks, like `w.t`.
+        let mut acc = vec![0u64; m];
+        let mut prev = vec![0u64; m];
+        for i in 0..levels - 1 {
+            let shift = n - 1 - i;
+            w.prepare();
+            w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
+            let (_, _, tm) = w.view(m);
+            let (acc, prev) = (&mut acc[..m], &mut prev[..m]);
+            for k in 0..m {
+                let sel = ((points[k] >> shift) & 1).wrapping_neg();
+                acc[k] ^= tm[k] & (sel ^ prev[k]);
+                prev[k] = sel;
+            }
+            w.descend_all(&enc, &self.tree, i, &key, points, shift);
+        }
+        // Last level: the hash output, corrected, is the leaf block.
+        let shift = n - levels;
+        w.prepare();
+        w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
+        let (lo, hi, tm) = w.view(m);
+        let (e0, e1) = (&enc[0][..m], &enc[1][..m]);
+        for k in 0..m {
+            let kk = key(k);
+            let bit = (points[k] >> shift) & 1;
+            let sel = bit.wrapping_neg();
+            let t = tm[k];
+            let acc = acc[k] ^ (t & (sel ^ prev[k]));
+            let a = walk::select_hash(&e0[k], &e1[k], sel, lo[k], hi[k]);
+            let cw = self.leaf_cw[kk][bit as usize];
+            let blk = (a.0 ^ (cw as u64 & t)) as u128 | ((a.1 ^ ((cw >> 64) as u64 & t)) as u128) << 64;
+            out[k] = self.finish(points[k], blk, bit, (acc & 1) as u8);
+        }
+    }
+
+    /// The comparison shares at `y` from the leaf block reached by a walk.
+    #[inline(always)]
+    fn finish(&self, y: u64, blk: u128, prev: u64, acc: u8) -> CmpShares {
+        let pos = (y & 127) as u32;
+        let eq = (blk >> pos) & 1 == 1;
+        if self.params.is_table() {
+            // XOR of the table shares above y: one of them is α exactly when y < α.
+            return CmpShares { lt: XorBit(parity(above(blk, pos))), eq: XorBit(eq) };
+        }
+        let leaf = if prev == 1 { above(blk, pos) } else { blk & upto(pos) };
+        let lt = acc ^ parity(leaf) as u8 ^ self.party.bit();
+        CmpShares { lt: XorBit(lt == 1), eq: XorBit(eq) }
+    }
+
+    /// Evaluate key `g` at the sorted points `points[offsets[g]..offsets[g+1]]`
+    /// (non-decreasing) for every key, sharing the walk of common prefixes; `out` is filled in
+    /// the same positions.
+    ///
+    /// With `T` points packed in a range of width `R`, a walk costs about
+    /// `(n − 7 − log2 R) + 2R/128` AES instead of `T(n − 7)` (compiled-gates.md §2.1).
+    ///
+    /// # Errors
+    /// [`FssError::LengthMismatch`] if `offsets` does not partition `points` among the keys,
+    /// [`FssError::Unsorted`] or [`FssError::PointOutOfDomain`].
+    pub fn eval_sorted(
+        &self,
+        points: &[u64],
+        offsets: &[usize],
+        out: &mut [CmpShares],
+    ) -> Result<(), FssError> {
+        walk::check_len(self.len() + 1, offsets.len())?;
+        walk::check_len(points.len(), out.len())?;
+        if offsets[0] != 0 || offsets[self.len()] != points.len() || offsets.windows(2).any(|w| w[0] > w[1]) {
+            return Err(FssError::LengthMismatch { expected: points.len(), actual: offsets[self.len()] });
+        }
+        for g in 0..self.len() {
+            let pts = &points[offsets[g]..offsets[g + 1]];
+            if pts.windows(2).any(|w| w[0] > w[1]) {
+                return Err(FssError::Unsorted);
+            }
+        }
+        walk::check_points(points, self.params.domain_bits)?;
+        // Independent jobs of about CHUNK points each (whole keys per job).
+        let mut jobs = Vec::new();
+        let mut rest = out;
+        let mut g0 = 0;
+        while g0 < self.len() {
+            let mut g1 = g0 + 1;
+            while g1 < self.len() && offsets[g1] - offsets[g0] < walk::CHUNK {
+                g1 += 1;
+            }
+            let (head, tail) = rest.split_at_mut(offsets[g1] - offsets[g0]);
+            jobs.push((g0, g1, head));
+            rest = tail;
+            g0 = g1;
+        }
+        let run =
+            |(g0, g1, o): (usize, usize, &mut [CmpShares])| self.sorted_chunk(g0..g1, points, offsets, o);
+        if jobs.len() == 1 {
+            jobs.into_iter().for_each(run);
+        } else {
+            use rayon::prelude::*;
+            jobs.into_par_iter().for_each(run);
+        }
+        Ok(())
+    }
+
+    fn sorted_chunk(
+        &self,
+        groups: std::ops::Range<usize>,
+        points: &[u64],
+        offsets: &[usize],
+        out: &mut [CmpShares],
+    ) {
+        let base = offsets[groups.start];
+        if self.params.is_table() {
+            for g in groups {
+                for j in offsets[g]..offsets[g + 1] {
+                    out[j - base] = self.finish(points[j], self.leaf_cw[g][0], 0, 0);
+                }
+            }
+            return;
+        }
+        let (n, levels) = (self.params.domain_bits, self.params.levels());
+        let prg = Prg::global();
+        let mut frontier: Vec<Node> = groups
+            .filter(|&g| offsets[g] < offsets[g + 1])
+            .map(|g| Node {
+                key: g as u32,
+                lo: offsets[g] as u32,
+                hi: offsets[g + 1] as u32,
+                s: self.tree.roots[g],
+                t: self.party.bit(),
+                prev: 0,
+                acc: 0,
+            })
+            .collect();
+        let mut children: [Vec<Node>; 2] = [Vec::new(), Vec::new()];
+        let mut sig: Vec<AesBlock> = Vec::new();
+        let mut enc: Vec<AesBlock> = Vec::new();
+        for i in 0..levels {
+            let shift = n - 1 - i;
+            children[0].clear();
+            children[1].clear();
+            for node in &frontier {
+                let range = &points[node.lo as usize..node.hi as usize];
+                let mid = node.lo + range.partition_point(|&p| (p >> shift) & 1 == 0) as u32;
+                if mid > node.lo {
+                    children[0].push(Node { hi: mid, ..*node });
+                }
+                if mid < node.hi {
+                    children[1].push(Node { lo: mid, ..*node });
+                }
+            }
+            // Left children, padding, right children, padding (see `walk`).
+            let split = pad(children[0].len());
+            let end = split + pad(children[1].len());
+            sig.clear();
+            sig.extend(children[0].iter().map(|c| to_block(sigma(c.s))));
+            sig.resize(split, AesBlock::default());
+            sig.extend(children[1].iter().map(|c| to_block(sigma(c.s))));
+            sig.resize(end, AesBlock::default());
+            enc.resize(end, AesBlock::default());
+            prg.encrypt(HashKey::Left, &sig[..split], &mut enc[..split]);
+            prg.encrypt(HashKey::Right, &sig[split..end], &mut enc[split..end]);
+            let last = i == levels - 1;
+            frontier.clear();
+            let slots = (0..children[0].len()).chain(split..split + children[1].len());
+            let nodes = children.iter().enumerate().flat_map(|(c, v)| v.iter().map(move |n| (c, n)));
+            for (j, (c, node)) in slots.zip(nodes) {
+                let g = node.key as usize;
+                let a = from_block(&enc[j]) ^ from_block(&sig[j]);
+                let acc = node.acc ^ (node.t & (c as u8 != node.prev) as u8);
+                if last {
+                    let blk = a ^ (self.leaf_cw[g][c] & (node.t as u128).wrapping_neg());
+                    for p in node.lo as usize..node.hi as usize {
+                        out[p - base] = self.finish(points[p], blk, c as u64, acc);
+                    }
+                } else {
+                    let (s, t) = correct(a, node.t, self.tree.scw(i, g), self.tree.tcw(i, g, c as u64));
+                    frontier.push(Node { s, t, prev: c as u8, acc, ..*node });
+                }
+            }
+        }
+    }
+
+    /// Shares of `1{j = α_i}` for every `j` of key `i`'s domain: bit `j mod 128` of block
+    /// `j / 128`. For `n < 7` only the low `2^n` bits of the single block are meaningful (the
+    /// rest are zero). `2^{n−6} − 2` AES.
+    ///
+    /// # Errors
+    /// [`FssError::DomainTooLarge`] if `n > MAX_FULL_DOMAIN_BITS`, [`FssError::InvalidParams`]
+    /// if `i` is out of range.
+    pub fn full_domain(&self, i: usize) -> Result<Vec<u128>, FssError> {
+        let n = self.params.domain_bits;
+        if n > MAX_FULL_DOMAIN_BITS {
+            return Err(FssError::DomainTooLarge { bits: n, max: MAX_FULL_DOMAIN_BITS });
+        }
+        walk::index(i, self.len())?;
+        if self.params.is_table() {
+            return Ok(vec![self.leaf_cw[i][0]]);
+        }
+        let (seeds, t) = expand_full(&self.tree, i, self.party, self.params.levels() - 1);
+        let mut out = vec![0u128; 2 * seeds.len()];
+        let mut enc = vec![0u128; seeds.len()];
+        for (c, hk) in [(0usize, HashKey::Left), (1, HashKey::Right)] {
+            Prg::global().hash_many(hk, &seeds, &mut enc);
+            for j in 0..seeds.len() {
+                out[2 * j + c] = enc[j] ^ (self.leaf_cw[i][c] & (t[j] as u128).wrapping_neg());
+            }
+        }
+        Ok(out)
+    }
+
+    /// One party's key material per key, in bytes (rounded up).
+    pub fn key_bytes(&self) -> usize {
+        self.params.key_bits().div_ceil(8) as usize
+    }
+
+    /// Append the raw material of the batch (no envelope) to a bit stream.
+    pub fn write_material(&self, w: &mut BitWriter) {
+        if self.params.is_table() {
+            let bits = 1u32 << self.params.domain_bits;
+            for cw in &self.leaf_cw {
+                w.put(cw[0] as u64, bits.min(64));
+                if bits > 64 {
+                    w.put((cw[0] >> 64) as u64, bits - 64);
+                }
+            }
+            return;
+        }
+        self.tree.write(w);
+        for cw in &self.leaf_cw {
+            w.put_u128(cw[0]);
+            w.put_u128(cw[1]);
+        }
+    }
+
+    /// Read `count` keys written by [`BitDpfKeys::write_material`].
+    ///
+    /// # Errors
+    /// [`DecodeError`] if the stream is short or a field is invalid.
+    pub fn read_material(
+        params: BitDpfParams,
+        party: Party,
+        count: usize,
+        r: &mut BitReader<'_>,
+    ) -> Result<BitDpfKeys, DecodeError> {
+        walk::check_remaining(r, count as u64 * params.key_bits())?;
+        if params.is_table() {
+            let bits = 1u32 << params.domain_bits;
+            let mut leaf_cw = Vec::with_capacity(count);
+            for _ in 0..count {
+                let mut table = r.get(bits.min(64))? as u128;
+                if bits > 64 {
+                    table |= (r.get(bits - 64)? as u128) << 64;
+                }
+                leaf_cw.push([table, 0]);
+            }
+            return Ok(BitDpfKeys { params, party, tree: TreeKeys::with_capacity(0, 0), leaf_cw });
+        }
+        let tree = TreeKeys::read(r, params.levels() - 1, count)?;
+        let leaf_cw =
+            (0..count).map(|_| Ok([r.get_u128()?, r.get_u128()?])).collect::<Result<_, DecodeError>>()?;
+        Ok(BitDpfKeys { params, party, tree, leaf_cw })
+    }
+
+    /// The standalone, versioned, checksummed encoding (see [`crate::codec`]).
+    ///
+    /// # Panics
+    /// If the batch holds more than `u32::MAX` keys.
+    pub fn encode(&self) -> Vec<u8> {
+        let header = Header {
+            kind: KeyKind::BitDpf,
+            party: self.party,
+            domain_bits: self.params.domain_bits as u8,
+            out_bits: 1,
+            payload_words: 1,
+            variant: 0,
+            count: u32::try_from(self.len()).expect("at most u32::MAX keys per encoding"),
+        };
+        codec::seal(header, |w| self.write_material(w))
+    }
+
+    /// Decode [`BitDpfKeys::encode`]'s output.
+    ///
+    /// # Errors
+    /// [`DecodeError`] for truncated, corrupted, wrong-version or wrong-kind input.
+    pub fn decode(bytes: &[u8]) -> Result<BitDpfKeys, DecodeError> {
+        let (h, material) = codec::open(bytes, KeyKind::BitDpf)?;
+        let params = BitDpfParams::new(h.domain_bits as u32)
+            .map_err(|_| DecodeError::InvalidField("1-bit DPF width"))?;
+        if h.out_bits != 1 || h.payload_words != 1 || h.variant != 0 {
+            return Err(DecodeError::InvalidField("1-bit DPF output shape"));
+        }
+        let count = h.count as usize;
+        codec::expect_material_len(material, count as u64 * params.key_bits())?;
+        let mut r = BitReader::new(material);
+        let keys = BitDpfKeys::read_material(params, h.party, count, &mut r)?;
+        r.finish()?;
+        Ok(keys)
+    }
+}
+
+/// A trie node: all points in `lo..hi` share the path so far.
+#[derive(Clone, Copy)]
+struct Node {
+    key: u32,
+    lo: u32,
+    hi: u32,
+    s: u128,
+    t: u8,
+    prev: u8,
+    acc: u8,
+}
+
+/// Bits strictly above position `pos` of a block.
+#[inline(always)]
+fn above(blk: u128, pos: u32) -> u128 {
+    blk.checked_shr(pos + 1).unwrap_or(0)
+}
+
+/// Mask of positions `0..=pos`.
+#[inline(always)]
+fn upto(pos: u32) -> u128 {
+    if pos >= 127 { u128::MAX } else { (1u128 << (pos + 1)) - 1 }
+}
+
+#[inline(always)]
+fn parity(x: u128) -> bool {
+    x.count_ones() & 1 == 1
+}
+
+fn table_mask(n: u32) -> u128 {
+    if n >= LEAF_BITS { u128::MAX } else { (1u128 << (1u32 << n)) - 1 }
+}

@@ -1,0 +1,304 @@
+//! Bit-packed binary encoding of keys.
+//!
+//! Key material is written as a little-endian bit stream: a field of `w` bits takes exactly
+//! `w` bits, so `ℓ`-bit payload words and `n`-bit control-bit maps cost what the key-size
+//! formulas of fss-building-blocks.md §8 say. [`BitWriter`]/[`BitReader`] are public so that
+//! higher layers (gate keys, openings) pack their own words the same way.
+//!
+//! A batch of keys that travels alone is wrapped in an envelope:
+//!
+//! ```text
+//! offset  size  field
+//! 0       4     magic "FSSK"
+//! 4       1     format version (1)
+//! 5       1     kind (1 = DPF, 2 = 1-bit ET DPF, 3 = DCF)
+//! 6       1     party (0 or 1)
+//! 7       1     domain bits n
+//! 8       1     output bits ℓ
+//! 9       2     payload words K (LE)
+//! 11      1     variant (DPF: leaf conversion, 0 = shifted, 1 = low bits; others 0)
+//! 12      4     number of keys in the batch (LE)
+//! 16      m     key material (bit stream, zero-padded to a byte)
+//! 16+m    4     CRC-32 of bytes 0..16+m (LE)
+//! ```
+//!
+//! Decoding checks every length, the version, the kind, the checksum and every field that
+//! has forbidden values; it never panics.
+
+use crate::error::DecodeError;
+use crate::ring::mask;
+use crate::share::Party;
+
+/// Appends fields of 1..=64 bits (and 128-bit blocks) to a byte vector, LSB first.
+#[derive(Default)]
+pub struct BitWriter {
+    buf: Vec<u8>,
+    acc: u128,
+    pending: u32,
+}
+
+impl BitWriter {
+    /// An empty writer.
+    pub fn new() -> BitWriter {
+        BitWriter::default()
+    }
+
+    /// Continue writing after `prefix` (which must end on a byte boundary).
+    pub fn with_prefix(prefix: Vec<u8>) -> BitWriter {
+        BitWriter { buf: prefix, acc: 0, pending: 0 }
+    }
+
+    /// Append the low `bits` bits of `v` (`bits ≤ 64`; higher bits of `v` are ignored).
+    #[inline]
+    pub fn put(&mut self, v: u64, bits: u32) {
+        debug_assert!(bits <= 64);
+        self.acc |= ((v & mask(bits)) as u128) << self.pending;
+        self.pending += bits;
+        if self.pending >= 64 {
+            self.buf.extend_from_slice(&(self.acc as u64).to_le_bytes());
+            self.acc >>= 64;
+            self.pending -= 64;
+        }
+    }
+
+    /// Append one bit.
+    #[inline]
+    pub fn put_bit(&mut self, b: bool) {
+        self.put(b as u64, 1);
+    }
+
+    /// Append a 128-bit block.
+    #[inline]
+    pub fn put_u128(&mut self, v: u128) {
+        self.put(v as u64, 64);
+        self.put((v >> 64) as u64, 64);
+    }
+
+    /// Bits written so far.
+    pub fn bit_len(&self) -> u64 {
+        self.buf.len() as u64 * 8 + self.pending as u64
+    }
+
+    /// Pad with zero bits to a byte boundary and return the bytes.
+    pub fn finish(mut self) -> Vec<u8> {
+        while self.pending > 0 {
+            self.buf.push(self.acc as u8);
+            self.acc >>= 8;
+            self.pending = self.pending.saturating_sub(8);
+        }
+        self.buf
+    }
+}
+
+/// Reads what a [`BitWriter`] wrote; every read is bounds-checked.
+pub struct BitReader<'a> {
+    data: &'a [u8],
+    pos: u64,
+}
+
+impl<'a> BitReader<'a> {
+    /// A reader over `data`, starting at bit 0.
+    pub fn new(data: &'a [u8]) -> BitReader<'a> {
+        BitReader { data, pos: 0 }
+    }
+
+    /// Bits not yet read.
+    pub fn remaining_bits(&self) -> u64 {
+        self.data.len() as u64 * 8 - self.pos
+    }
+
+    /// Read a field of `bits ≤ 64` bits.
+    ///
+    /// # Errors
+    /// [`DecodeError::Truncated`] if fewer than `bits` bits remain.
+    #[inline]
+    pub fn get(&mut self, bits: u32) -> Result<u64, DecodeError> {
+        debug_assert!(bits <= 64);
+        if bits == 0 {
+            return Ok(0);
+        }
+        let end = self.pos + bits as u64;
+        if end > self.data.len() as u64 * 8 {
+            return Err(DecodeError::Truncated {
+                needed: end.div_ceil(8) as usize,
+                available: self.data.len(),
+            });
+        }
+        let first = (self.pos / 8) as usize;
+        let last = ((end - 1) / 8) as usize;
+        let mut window = [0u8; 16];
+        window[..=last - first].copy_from_slice(&self.data[first..=last]);
+        let v = (u128::from_le_bytes(window) >> (self.pos % 8)) as u64 & mask(bits);
+        self.pos = end;
+        Ok(v)
+    }
+
+    /// Read one bit.
+    #[inline]
+    pub fn get_bit(&mut self) -> Result<bool, DecodeError> {
+        Ok(self.get(1)? == 1)
+    }
+
+    /// Read a 128-bit block.
+    #[inline]
+    pub fn get_u128(&mut self) -> Result<u128, DecodeError> {
+        let lo = self.get(64)? as u128;
+        let hi = self.get(64)? as u128;
+        Ok(lo | hi << 64)
+    }
+
+    /// Check that only zero padding (< 8 bits) remains.
+    ///
+    /// # Errors
+    /// [`DecodeError::TrailingBytes`] if whole bytes remain, [`DecodeError::InvalidField`] if
+    /// the padding bits are not zero.
+    pub fn finish(mut self) -> Result<(), DecodeError> {
+        let rest = self.remaining_bits();
+        if rest >= 8 {
+            return Err(DecodeError::TrailingBytes((rest / 8) as usize));
+        }
+        if self.get(rest as u32)? != 0 {
+            return Err(DecodeError::InvalidField("non-zero padding bits"));
+        }
+        Ok(())
+    }
+}
+
+/// The kinds of standalone keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum KeyKind {
+    Dpf = 1,
+    BitDpf = 2,
+    Dcf = 3,
+}
+
+impl KeyKind {
+    fn name(self) -> &'static str {
+        match self {
+            KeyKind::Dpf => "DPF",
+            KeyKind::BitDpf => "1-bit DPF",
+            KeyKind::Dcf => "DCF",
+        }
+    }
+}
+
+/// The envelope header of a standalone key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub kind: KeyKind,
+    pub party: Party,
+    pub domain_bits: u8,
+    pub out_bits: u8,
+    pub payload_words: u16,
+    pub variant: u8,
+    pub count: u32,
+}
+
+const MAGIC: [u8; 4] = *b"FSSK";
+/// The envelope format version this build writes and reads.
+pub const FORMAT_VERSION: u8 = 1;
+const HEADER_LEN: usize = 16;
+const CRC_LEN: usize = 4;
+/// Bytes the envelope adds around the key material.
+pub const ENVELOPE_OVERHEAD: usize = HEADER_LEN + CRC_LEN;
+
+/// Wrap material written by `write` in the envelope.
+pub(crate) fn seal(header: Header, write: impl FnOnce(&mut BitWriter)) -> Vec<u8> {
+    let mut prefix = Vec::with_capacity(HEADER_LEN);
+    prefix.extend_from_slice(&MAGIC);
+    prefix.push(FORMAT_VERSION);
+    prefix.push(header.kind as u8);
+    prefix.push(header.party.bit());
+    prefix.push(header.domain_bits);
+    prefix.push(header.out_bits);
+    prefix.extend_from_slice(&header.payload_words.to_le_bytes());
+    prefix.push(header.variant);
+    prefix.extend_from_slice(&header.count.to_le_bytes());
+    let mut w = BitWriter::with_prefix(prefix);
+    write(&mut w);
+    let mut out = w.finish();
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Check the envelope of `bytes` for a key of `kind`; return its header and material.
+pub(crate) fn open(bytes: &[u8], kind: KeyKind) -> Result<(Header, &[u8]), DecodeError> {
+    if bytes.len() < ENVELOPE_OVERHEAD {
+        return Err(DecodeError::Truncated { needed: ENVELOPE_OVERHEAD, available: bytes.len() });
+    }
+    if bytes[..4] != MAGIC {
+        return Err(DecodeError::BadMagic);
+    }
+    if bytes[4] != FORMAT_VERSION {
+        return Err(DecodeError::UnsupportedVersion { found: bytes[4], supported: FORMAT_VERSION });
+    }
+    let (body, crc) = bytes.split_at(bytes.len() - CRC_LEN);
+    let crc = u32::from_le_bytes(crc.try_into().expect("4-byte slice"));
+    if crc32fast::hash(body) != crc {
+        return Err(DecodeError::Checksum);
+    }
+    if body[5] != kind as u8 {
+        return Err(DecodeError::WrongKind { expected: kind.name(), found: body[5] });
+    }
+    let header = Header {
+        kind,
+        party: Party::from_index(body[6])?,
+        domain_bits: body[7],
+        out_bits: body[8],
+        payload_words: u16::from_le_bytes([body[9], body[10]]),
+        variant: body[11],
+        count: u32::from_le_bytes([body[12], body[13], body[14], body[15]]),
+    };
+    Ok((header, &body[HEADER_LEN..]))
+}
+
+/// Check that `material` has exactly the length of `bits` bits rounded up to bytes.
+pub(crate) fn expect_material_len(material: &[u8], bits: u64) -> Result<(), DecodeError> {
+    let needed = bits.div_ceil(8) as usize;
+    match material.len() {
+        l if l < needed => Err(DecodeError::Truncated { needed, available: l }),
+        l if l > needed => Err(DecodeError::TrailingBytes(l - needed)),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bit_stream_round_trip() {
+        let fields: Vec<(u64, u32)> = (1..=64u32)
+            .map(|b| (0x9e37_79b9_7f4a_7c15u64.rotate_left(b) & mask(b), b))
+            .chain([(1, 1), (0, 3), (5, 3)])
+            .collect();
+        let mut w = BitWriter::new();
+        for &(v, b) in &fields {
+            w.put(v, b);
+        }
+        w.put_u128(0x0123_4567_89ab_cdef_0011_2233_4455_6677);
+        let total = w.bit_len();
+        let bytes = w.finish();
+        assert_eq!(bytes.len() as u64, total.div_ceil(8));
+        let mut r = BitReader::new(&bytes);
+        for &(v, b) in &fields {
+            assert_eq!(r.get(b).unwrap(), v);
+        }
+        assert_eq!(r.get_u128().unwrap(), 0x0123_4567_89ab_cdef_0011_2233_4455_6677);
+        r.finish().unwrap();
+    }
+
+    #[test]
+    fn reads_past_the_end_fail() {
+        let mut r = BitReader::new(&[0xff]);
+        assert_eq!(r.get(7).unwrap(), 0x7f);
+        assert!(matches!(r.get(2), Err(DecodeError::Truncated { .. })));
+        let r = BitReader::new(&[0, 0]);
+        assert_eq!(r.finish(), Err(DecodeError::TrailingBytes(2)));
+        let mut r = BitReader::new(&[0x80]);
+        r.get(3).unwrap();
+        assert!(r.finish().is_err());
+    }
+}

@@ -1,0 +1,512 @@
+//! Distributed comparison function with vector payloads (BCG+21; fss-building-blocks.md §5).
+//!
+//! `f^<_{α,β}(x) = β if x < α else 0` — a strict, unsigned `n`-bit comparison — with
+//! `β ∈ Z_{2^ℓ}^K`. The two keys' evaluations are additive shares of `f(x)` mod `2^ℓ`,
+//! word by word. For `≤` deal at `α + 1`.
+//!
+//! Value words: at every level the child `c` of seed `s` yields `B = ⌈K / ⌊128/ℓ⌋⌉` blocks
+//! `H_{2+c}(s ⊕ j)`, `j < B`, each holding `⌊128/ℓ⌋` words of `ℓ` bits from the least
+//! significant end. With `K = 1` this is the `Value(s, c)` of §2.2, so the scalar DCF matches
+//! the published known answers. The leaf conversion is the low `ℓ` bits of the seed for
+//! `K = 1`, and the blocks `H_2(s ⊕ j)` otherwise (no leaf seed is ever hashed elsewhere).
+//!
+//! Key: `λ + n(λ + Kℓ + 2) + Kℓ` bits. Eval: `n(1 + B)` AES (plus `B` for `K > 1`).
+
+use zeroize::{Zeroize, ZeroizeOnDrop};
+
+use crate::codec::{self, BitReader, BitWriter, Header, KeyKind};
+use crate::error::{DecodeError, FssError};
+use crate::prg::{AesBlock, HashKey, Prg};
+use crate::ring::mask;
+use crate::rng::{CryptoRng, random_seed};
+use crate::share::{AddShare, Party};
+use crate::tree::{DealerTrees, TreeKeys, path_bit};
+use crate::walk::{self, Walk, pad};
+
+/// Shape of a DCF: input width `n`, output width `ℓ`, payload words `K`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DcfParams {
+    domain_bits: u32,
+    out_bits: u32,
+    payload_words: u32,
+}
+
+impl DcfParams {
+    /// A DCF on `n` input bits with payload `β ∈ Z_{2^ℓ}^K`.
+    ///
+    /// # Errors
+    /// [`FssError::InvalidWidth`] unless `1 ≤ n, ℓ ≤ 64`; [`FssError::InvalidParams`] unless
+    /// `1 ≤ K ≤ 65535`.
+    pub fn new(domain_bits: u32, out_bits: u32, payload_words: u32) -> Result<DcfParams, FssError> {
+        for b in [domain_bits, out_bits] {
+            if !(1..=64).contains(&b) {
+                return Err(FssError::InvalidWidth(b));
+            }
+        }
+        if !(1..=u16::MAX as u32).contains(&payload_words) {
+            return Err(FssError::InvalidParams("payload words must be in 1..=65535"));
+        }
+        Ok(DcfParams { domain_bits, out_bits, payload_words })
+    }
+
+    /// Input width `n`.
+    pub fn domain_bits(self) -> u32 {
+        self.domain_bits
+    }
+
+    /// Output width `ℓ`.
+    pub fn out_bits(self) -> u32 {
+        self.out_bits
+    }
+
+    /// Payload words `K`.
+    pub fn payload_words(self) -> u32 {
+        self.payload_words
+    }
+
+    fn words(self) -> usize {
+        self.payload_words as usize
+    }
+
+    fn words_per_block(self) -> usize {
+        (128 / self.out_bits) as usize
+    }
+
+    /// `B`: value blocks per tree node.
+    pub fn value_blocks(self) -> usize {
+        self.words().div_ceil(self.words_per_block())
+    }
+
+    /// One party's key material per key, in bits: `λ + n(λ + Kℓ + 2) + Kℓ`.
+    pub fn key_bits(self) -> u64 {
+        let kl = self.payload_words as u64 * self.out_bits as u64;
+        TreeKeys::key_bits(self.domain_bits) + (self.domain_bits as u64 + 1) * kl
+    }
+
+    /// AES blocks per point evaluation.
+    pub fn aes_per_eval(self) -> u64 {
+        let b = self.value_blocks() as u64;
+        self.domain_bits as u64 * (1 + b) + if self.payload_words > 1 { b } else { 0 }
+    }
+
+    /// Split value blocks into `K` words (bits above `ℓ` are left in place: every use is a
+    /// sum mod `2^ℓ`, which they cannot affect).
+    fn unpack(self, blocks: &[u128], words: &mut [u64]) {
+        let wpb = self.words_per_block();
+        for (j, w) in words.iter_mut().enumerate() {
+            *w = (blocks[j / wpb] >> ((j % wpb) as u32 * self.out_bits)) as u64;
+        }
+    }
+}
+
+/// One party's keys for a batch of DCFs of one shape. `Debug` shows only the shape; the
+/// material is zeroized on drop.
+#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+pub struct DcfKeys {
+    #[zeroize(skip)]
+    params: DcfParams,
+    #[zeroize(skip)]
+    party: Party,
+    tree: TreeKeys,
+    /// Value correction words: `vcw[(i·K + j)·len + k]` is word `j` of level `i`, key `k`
+    /// (contiguous over keys, for the walk).
+    vcw: Vec<u64>,
+    /// Final correction words: `fcw[k·K + j]`.
+    fcw: Vec<u64>,
+}
+
+impl std::fmt::Debug for DcfKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DcfKeys")
+            .field("params", &self.params)
+            .field("party", &self.party)
+            .field("len", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Deal both parties' keys for `f^<_{α_i, β_i}`; `betas[i·K..(i+1)·K]` is `β_i`. All levels
+/// of all keys in lockstep.
+///
+/// # Errors
+/// [`FssError::LengthMismatch`], [`FssError::PointOutOfDomain`] or
+/// [`FssError::ValueOutOfRange`].
+pub fn keygen<R: CryptoRng + ?Sized>(
+    params: DcfParams,
+    alphas: &[u64],
+    betas: &[u64],
+    rng: &mut R,
+) -> Result<(DcfKeys, DcfKeys), FssError> {
+    let roots: Vec<u128> = (0..2 * alphas.len()).map(|_| random_seed(rng)).collect();
+    keygen_with_roots(params, alphas, betas, roots)
+}
+
+/// [`keygen`] with caller-chosen root seeds (`roots[2i + b]`).
+///
+/// Only for known-answer tests: real roots must be fresh uniform randomness.
+///
+/// # Errors
+/// As [`keygen`]; [`FssError::LengthMismatch`] if `roots.len() != 2·alphas.len()`.
+pub fn keygen_with_roots(
+    params: DcfParams,
+    alphas: &[u64],
+    betas: &[u64],
+    roots: Vec<u128>,
+) -> Result<(DcfKeys, DcfKeys), FssError> {
+    let m = alphas.len();
+    let kw = params.words();
+    walk::check_len(m * kw, betas.len())?;
+    walk::check_len(2 * m, roots.len())?;
+    walk::check_points(alphas, params.domain_bits)?;
+    let ell = mask(params.out_bits);
+    if let Some(&b) = betas.iter().find(|&&b| b & !ell != 0) {
+        return Err(FssError::ValueOutOfRange { value: b, bits: params.out_bits });
+    }
+    let (n, nb) = (params.domain_bits, params.value_blocks());
+    let prg = Prg::global();
+    let mut trees = DealerTrees::new(roots, n);
+    let mut vcw = vec![0u64; n as usize * kw * m];
+    let mut acc_v = vec![0u64; m * kw];
+    let mut vin = vec![0u128; 2 * m * nb];
+    let mut vals = [vec![0u128; 2 * m * nb], vec![0u128; 2 * m * nb]];
+    let mut words = [[vec![0u64; kw], vec![0u64; kw]], [vec![0u64; kw], vec![0u64; kw]]];
+    for i in 0..n {
+        trees.expand(prg);
+        for (lane, &s) in trees.seeds.iter().enumerate() {
+            for j in 0..nb {
+                vin[lane * nb + j] = s ^ j as u128;
+            }
+        }
+        prg.hash_many(HashKey::ValueLeft, &vin, &mut vals[0]);
+        prg.hash_many(HashKey::ValueRight, &vin, &mut vals[1]);
+        for k in 0..m {
+            let a = path_bit(alphas[k], n, i) as usize;
+            let (keep, lose) = (a, 1 - a);
+            let neg = trees.t[2 * k + 1] == 1; // party 1's control bit before the update
+            let sign = |v: u64| if neg { v.wrapping_neg() } else { v };
+            // words[c][b]: party b's value words of child c.
+            for (c, per_child) in words.iter_mut().enumerate() {
+                for (b, w) in per_child.iter_mut().enumerate() {
+                    params.unpack(&vals[c][(2 * k + b) * nb..(2 * k + b + 1) * nb], w);
+                }
+            }
+            for j in 0..kw {
+                let v = &mut acc_v[k * kw + j];
+                let mut cw = sign(words[lose][1][j].wrapping_sub(words[lose][0][j]).wrapping_sub(*v));
+                if a == 1 {
+                    // The left subtree lies below α: it must add β.
+                    cw = cw.wrapping_add(sign(betas[k * kw + j]));
+                }
+                let cw = cw & ell;
+                *v = v.wrapping_sub(words[keep][1][j]).wrapping_add(words[keep][0][j]).wrapping_add(sign(cw));
+                vcw[(i as usize * kw + j) * m + k] = cw;
+            }
+        }
+        trees.step(i, |k| path_bit(alphas[k], n, i));
+    }
+    let conv = leaf_words(params, &trees.seeds);
+    let fcw: Vec<u64> = (0..m * kw)
+        .map(|kj| {
+            let (k, j) = (kj / kw, kj % kw);
+            let d = conv[(2 * k + 1) * kw + j].wrapping_sub(conv[2 * k * kw + j]).wrapping_sub(acc_v[kj]);
+            (if trees.t[2 * k + 1] == 1 { d.wrapping_neg() } else { d }) & ell
+        })
+        .collect();
+    let (t0, t1) = trees.split_keys();
+    let key = |party, tree| DcfKeys { params, party, tree, vcw: vcw.clone(), fcw: fcw.clone() };
+    Ok((key(Party::P0, t0), key(Party::P1, t1)))
+}
+
+/// The leaf conversion of every seed: `K` words each.
+fn leaf_words(params: DcfParams, seeds: &[u128]) -> Vec<u64> {
+    let kw = params.words();
+    if kw == 1 {
+        return seeds.iter().map(|&s| s as u64).collect();
+    }
+    let nb = params.value_blocks();
+    let vin: Vec<u128> = seeds.iter().flat_map(|&s| (0..nb).map(move |j| s ^ j as u128)).collect();
+    let mut blocks = vec![0u128; vin.len()];
+    Prg::global().hash_many(HashKey::ValueLeft, &vin, &mut blocks);
+    let mut words = vec![0u64; seeds.len() * kw];
+    for (lane, w) in words.chunks_mut(kw).enumerate() {
+        params.unpack(&blocks[lane * nb..(lane + 1) * nb], w);
+    }
+    words
+}
+
+impl DcfKeys {
+    /// The keys' shape.
+    pub fn params(&self) -> DcfParams {
+        self.params
+    }
+
+    /// The party these keys belong to.
+    pub fn party(&self) -> Party {
+        self.party
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.tree.len()
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Keys `start..end` as a batch of their own.
+    ///
+    /// # Panics
+    /// If the range is out of bounds (a caller bug).
+    pub fn slice(&self, start: usize, end: usize) -> DcfKeys {
+        let (len, kw) = (self.len(), self.params.words());
+        let mut vcw = Vec::with_capacity(self.params.domain_bits as usize * (end - start) * kw);
+        for row in 0..self.params.domain_bits as usize * kw {
+            vcw.extend_from_slice(&self.vcw[row * len + start..row * len + end]);
+        }
+        DcfKeys {
+            params: self.params,
+            party: self.party,
+            tree: self.tree.slice(start, end),
+            vcw,
+            fcw: self.fcw[start * kw..end * kw].to_vec(),
+        }
+    }
+
+    /// Evaluate key `i` at `points[i]` for every key: `out[i·K..(i+1)·K]` is this party's
+    /// share of `f_i(x_i)`. Level by level; split across the rayon pool above
+    /// [`walk::CHUNK`] keys.
+    ///
+    /// # Errors
+    /// [`FssError::LengthMismatch`] or [`FssError::PointOutOfDomain`].
+    pub fn eval(&self, points: &[u64], out: &mut [AddShare]) -> Result<(), FssError> {
+        walk::check_len(self.len(), points.len())?;
+        self.eval_lanes(None, points, out)
+    }
+
+    /// Evaluate key `keys[j]` at `points[j]` for every lane `j`.
+    ///
+    /// # Errors
+    /// [`FssError::LengthMismatch`], [`FssError::PointOutOfDomain`] or
+    /// [`FssError::InvalidParams`] for a key index out of range.
+    pub fn eval_indexed(&self, keys: &[u32], points: &[u64], out: &mut [AddShare]) -> Result<(), FssError> {
+        walk::check_len(keys.len(), points.len())?;
+        walk::check_indices(keys, self.len())?;
+        self.eval_lanes(Some(keys), points, out)
+    }
+
+    /// Evaluate key `i` at one point: `K` shares (slow path).
+    ///
+    /// # Errors
+    /// As [`DcfKeys::eval_indexed`].
+    pub fn eval_one(&self, i: usize, x: u64) -> Result<Vec<AddShare>, FssError> {
+        let mut out = vec![AddShare::default(); self.params.words()];
+        self.eval_indexed(&[walk::index(i, self.len())?], &[x], &mut out)?;
+        Ok(out)
+    }
+
+    fn eval_lanes(&self, keys: Option<&[u32]>, points: &[u64], out: &mut [AddShare]) -> Result<(), FssError> {
+        let kw = self.params.words();
+        walk::check_len(points.len() * kw, out.len())?;
+        walk::check_points(points, self.params.domain_bits)?;
+        walk::run_chunks(keys, points, out, kw, |map, pts, o| match map {
+            walk::KeyMap::Offset(off) => self.eval_chunk(|k| off + k, pts, o),
+            walk::KeyMap::Indexed(ix) => self.eval_chunk(|k| ix[k] as usize, pts, o),
+        });
+        Ok(())
+    }
+
+    fn eval_chunk(&self, key: impl Fn(usize) -> usize + Copy, points: &[u64], out: &mut [AddShare]) {
+        let kw = self.params.words();
+        let m = points.len();
+        let mut t = vec![self.party.bit(); m];
+        let mut acc = vec![0u64; m * kw];
+        let leaf = if kw == 1 {
+            self.walk_scalar(key, points, &mut t, &mut acc)
+        } else {
+            self.walk_vector(key, points, &mut t, &mut acc)
+        };
+        let conv = leaf_words(self.params, &leaf);
+        let ell = mask(self.params.out_bits);
+        for k in 0..m {
+            let kk = key(k);
+            let tmask = (t[k] as u64).wrapping_neg();
+            for j in 0..kw {
+                let y =
+                    acc[j * m + k].wrapping_add(conv[k * kw + j]).wrapping_add(self.fcw[kk * kw + j] & tmask);
+                out[k * kw + j] = AddShare(self.party.signed(y) & ell);
+            }
+        }
+    }
+
+    /// The walk for one payload word: the value is `H_{2+c}(s)` itself. Returns the leaf
+    /// seeds; `acc` collects the per-level value words (unreduced).
+    #[inline(never)]
+    fn walk_scalar(
+        &self,
+        key: impl Fn(usize) -> usize,
+        points: &[u64],
+        t: &mut [u8],
+        acc: &mut [u64],
+    ) -> Vec<u128> {
+        let n = self.params.domain_bits;
+        let (m, len) = (points.len(), self.len());
+        let prg = Prg::global();
+        let mut w = Walk::new(m, |k| self.tree.roots[key(k)], self.party.bit());
+        let mut enc = w.buffers();
+        let mut venc = w.buffers();
+        for i in 0..n {
+            let shift = n - 1 - i;
+            w.prepare();
+            w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
+            w.encrypt(prg, [HashKey::ValueLeft, HashKey::ValueRight], &mut venc);
+            let vcw = &self.vcw[i as usize * len..(i as usize + 1) * len];
+            // Two simple loops vectorise where one fused loop does not.
+            let (lo, hi, tm) = w.view(m);
+            let (v0, v1, acc) = (&venc[0][..m], &venc[1][..m], &mut acc[..m]);
+            for k in 0..m {
+                let sel = ((points[k] >> shift) & 1).wrapping_neg();
+                let v = walk::select_hash(&v0[k], &v1[k], sel, lo[k], hi[k]).0;
+                acc[k] = acc[k].wrapping_add(v).wrapping_add(vcw[key(k)] & tm[k]);
+            }
+            w.descend_all(&enc, &self.tree, i, &key, points, shift);
+        }
+        for k in 0..m {
+            t[k] = (w.t[k] & 1) as u8;
+        }
+        (0..m).map(|k| w.seed(k)).collect()
+    }
+
+    /// The walk for `K > 1` payload words: `B` value blocks `H_{2+c}(s ⊕ j)` per node, from
+    /// the inputs `σ(s ⊕ j) = σ(s) ⊕ σ(j)`. `acc` is word-major: `acc[j·m + k]`.
+    #[inline(never)]
+    fn walk_vector(
+        &self,
+        key: impl Fn(usize) -> usize,
+        points: &[u64],
+        t: &mut [u8],
+        acc: &mut [u64],
+    ) -> Vec<u128> {
+        let p = self.params;
+        let (n, kw, nb, wpb, ell) =
+            (p.domain_bits, p.words(), p.value_blocks(), p.words_per_block(), p.out_bits);
+        let (m, len) = (points.len(), self.len());
+        let mp = pad(m);
+        let prg = Prg::global();
+        let mut w = Walk::new(m, |k| self.tree.roots[key(k)], self.party.bit());
+        let mut enc = w.buffers();
+        // Value inputs block-major: block b of lane k at b·mp + k.
+        let mut vsig = vec![AesBlock::default(); nb * mp];
+        let mut venc = [vec![AesBlock::default(); nb * mp], vec![AesBlock::default(); nb * mp]];
+        let (mut vl, mut vh) = (vec![0u64; m], vec![0u64; m]);
+        for i in 0..n {
+            let shift = n - 1 - i;
+            w.prepare();
+            w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
+            let (lo, hi, tm) = w.view(m);
+            for b in 0..nb {
+                let row = &mut vsig[b * mp..b * mp + m];
+                for k in 0..m {
+                    row[k] = walk::block(hi[k], hi[k] ^ lo[k] ^ b as u64);
+                }
+            }
+            prg.encrypt(HashKey::ValueLeft, &vsig, &mut venc[0]);
+            prg.encrypt(HashKey::ValueRight, &vsig, &mut venc[1]);
+            for b in 0..nb {
+                let (v0, v1) = (&venc[0][b * mp..b * mp + m], &venc[1][b * mp..b * mp + m]);
+                for k in 0..m {
+                    let sel = ((points[k] >> shift) & 1).wrapping_neg();
+                    (vl[k], vh[k]) = walk::select_hash(&v0[k], &v1[k], sel, lo[k] ^ b as u64, hi[k]);
+                }
+                for j in b * wpb..((b + 1) * wpb).min(kw) {
+                    let sh = (j - b * wpb) as u32 * ell;
+                    let row = (i as usize * kw + j) * len;
+                    let vcw = &self.vcw[row..row + len];
+                    let accj = &mut acc[j * m..(j + 1) * m];
+                    for k in 0..m {
+                        let word = match sh {
+                            0 => vl[k],
+                            1..64 => (vl[k] >> sh) | (vh[k] << (64 - sh)),
+                            _ => vh[k] >> (sh - 64),
+                        };
+                        accj[k] = accj[k].wrapping_add(word).wrapping_add(vcw[key(k)] & tm[k]);
+                    }
+                }
+            }
+            w.descend_all(&enc, &self.tree, i, &key, points, shift);
+        }
+        for k in 0..m {
+            t[k] = (w.t[k] & 1) as u8;
+        }
+        (0..m).map(|k| w.seed(k)).collect()
+    }
+
+    /// One party's key material per key, in bytes (rounded up).
+    pub fn key_bytes(&self) -> usize {
+        self.params.key_bits().div_ceil(8) as usize
+    }
+
+    /// Append the raw material of the batch (no envelope) to a bit stream.
+    pub fn write_material(&self, w: &mut BitWriter) {
+        self.tree.write(w);
+        for &v in self.vcw.iter().chain(&self.fcw) {
+            w.put(v, self.params.out_bits);
+        }
+    }
+
+    /// Read `count` keys written by [`DcfKeys::write_material`].
+    ///
+    /// # Errors
+    /// [`DecodeError`] if the stream is short or a field is invalid.
+    pub fn read_material(
+        params: DcfParams,
+        party: Party,
+        count: usize,
+        r: &mut BitReader<'_>,
+    ) -> Result<DcfKeys, DecodeError> {
+        walk::check_remaining(r, count as u64 * params.key_bits())?;
+        let tree = TreeKeys::read(r, params.domain_bits, count)?;
+        let kw = params.words();
+        let mut word = || r.get(params.out_bits);
+        let vcw = (0..params.domain_bits as usize * count * kw).map(|_| word()).collect::<Result<_, _>>()?;
+        let fcw = (0..count * kw).map(|_| word()).collect::<Result<_, _>>()?;
+        Ok(DcfKeys { params, party, tree, vcw, fcw })
+    }
+
+    /// The standalone, versioned, checksummed encoding (see [`crate::codec`]).
+    ///
+    /// # Panics
+    /// If the batch holds more than `u32::MAX` keys.
+    pub fn encode(&self) -> Vec<u8> {
+        let header = Header {
+            kind: KeyKind::Dcf,
+            party: self.party,
+            domain_bits: self.params.domain_bits as u8,
+            out_bits: self.params.out_bits as u8,
+            payload_words: self.params.payload_words as u16,
+            variant: 0,
+            count: u32::try_from(self.len()).expect("at most u32::MAX keys per encoding"),
+        };
+        codec::seal(header, |w| self.write_material(w))
+    }
+
+    /// Decode [`DcfKeys::encode`]'s output.
+    ///
+    /// # Errors
+    /// [`DecodeError`] for truncated, corrupted, wrong-version or wrong-kind input.
+    pub fn decode(bytes: &[u8]) -> Result<DcfKeys, DecodeError> {
+        let (h, material) = codec::open(bytes, KeyKind::Dcf)?;
+        let params = DcfParams::new(h.domain_bits as u32, h.out_bits as u32, h.payload_words as u32)
+            .map_err(|_| DecodeError::InvalidField("DCF shape"))?;
+        if h.variant != 0 {
+            return Err(DecodeError::InvalidField("DCF variant must be 0"));
+        }
+        let count = h.count as usize;
+        codec::expect_material_len(material, count as u64 * params.key_bits())?;
+        let mut r = BitReader::new(material);
+        let keys = DcfKeys::read_material(params, h.party, count, &mut r)?;
+        r.finish()?;
+        Ok(keys)
+    }
+}

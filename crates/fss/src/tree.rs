@@ -1,0 +1,248 @@
+//! The GGM trees shared by the DPF, the 1-bit DPF and the DCF (BGI16 §3, BCG+21 §3):
+//! per key a root seed and, per level, a seed correction word and the left/right
+//! control-bit corrections; plus the dealer's level step.
+//!
+//! Keys are stored as a batch, level-major: the correction words of level `i` of all keys are
+//! contiguous, so a level-synchronous walk over a batch streams through memory.
+//!
+//! Seeds are 128-bit with the least significant bit cleared; the control bit travels next
+//! to the seed (fss-building-blocks.md §2.2, pitfalls 7–8). Tree level `i` consumes bit
+//! `n − 1 − i` of the point (MSB first).
+
+use zeroize::{Zeroize, ZeroizeOnDrop};
+
+use crate::codec::{BitReader, BitWriter};
+use crate::error::DecodeError;
+use crate::prg::{HashKey, Prg};
+
+/// All bits but the control bit.
+pub(crate) const SEED_MASK: u128 = !1u128;
+
+/// One party's tree material for a batch of keys with `levels` levels each.
+#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+pub(crate) struct TreeKeys {
+    #[zeroize(skip)]
+    pub levels: u32,
+    pub roots: Vec<u128>,
+    /// Seed correction words, low and high halves: index `i · len + k` is level `i` of key
+    /// `k`. (Halves in separate arrays let the walk vectorise.)
+    pub scw_lo: Vec<u64>,
+    pub scw_hi: Vec<u64>,
+    /// Bit `i` of `tcw_left[k]` / `tcw_right[k]`: level `i` of key `k`.
+    pub tcw_left: Vec<u64>,
+    pub tcw_right: Vec<u64>,
+}
+
+impl TreeKeys {
+    /// An empty batch of trees with `levels` levels.
+    pub fn with_capacity(levels: u32, keys: usize) -> TreeKeys {
+        TreeKeys {
+            levels,
+            roots: Vec::with_capacity(keys),
+            scw_lo: Vec::with_capacity(keys * levels as usize),
+            scw_hi: Vec::with_capacity(keys * levels as usize),
+            tcw_left: Vec::with_capacity(keys),
+            tcw_right: Vec::with_capacity(keys),
+        }
+    }
+
+    /// Number of keys.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.roots.len()
+    }
+
+    /// Key material per key in bits: `λ + levels·(λ + 2)`.
+    pub const fn key_bits(levels: u32) -> u64 {
+        128 + 130 * levels as u64
+    }
+
+    /// Level `i`'s seed correction word of key `k`.
+    #[inline(always)]
+    pub fn scw(&self, i: u32, k: usize) -> u128 {
+        let j = i as usize * self.len() + k;
+        self.scw_lo[j] as u128 | (self.scw_hi[j] as u128) << 64
+    }
+
+    /// Level `i`'s seed correction words of all keys (low and high halves).
+    #[inline(always)]
+    pub fn scw_level(&self, i: u32) -> (&[u64], &[u64]) {
+        let r = i as usize * self.len()..(i as usize + 1) * self.len();
+        (&self.scw_lo[r.clone()], &self.scw_hi[r])
+    }
+
+    /// Append a seed correction word (levels are filled in order, keys within a level).
+    #[inline]
+    pub fn push_scw(&mut self, c: u128) {
+        self.scw_lo.push(c as u64);
+        self.scw_hi.push((c >> 64) as u64);
+    }
+
+    /// Level `i`'s control-bit correction of key `k` for direction `bit`, as 0/1.
+    #[inline(always)]
+    pub fn tcw(&self, i: u32, k: usize, bit: u64) -> u8 {
+        let (l, r) = (self.tcw_left[k], self.tcw_right[k]);
+        let word = l ^ ((l ^ r) & bit.wrapping_neg());
+        ((word >> i) & 1) as u8
+    }
+
+    /// The same correction words under other roots (the other party's keys).
+    pub fn with_roots(&self, roots: Vec<u128>) -> TreeKeys {
+        TreeKeys {
+            levels: self.levels,
+            roots,
+            scw_lo: self.scw_lo.clone(),
+            scw_hi: self.scw_hi.clone(),
+            tcw_left: self.tcw_left.clone(),
+            tcw_right: self.tcw_right.clone(),
+        }
+    }
+
+    /// Keys `start..end` as a batch of their own.
+    pub fn slice(&self, start: usize, end: usize) -> TreeKeys {
+        let len = self.len();
+        let mut out = TreeKeys::with_capacity(self.levels, end - start);
+        out.roots.extend_from_slice(&self.roots[start..end]);
+        for i in 0..self.levels as usize {
+            out.scw_lo.extend_from_slice(&self.scw_lo[i * len + start..i * len + end]);
+            out.scw_hi.extend_from_slice(&self.scw_hi[i * len + start..i * len + end]);
+        }
+        out.tcw_left.extend_from_slice(&self.tcw_left[start..end]);
+        out.tcw_right.extend_from_slice(&self.tcw_right[start..end]);
+        out
+    }
+
+    pub fn write(&self, w: &mut BitWriter) {
+        for &r in &self.roots {
+            w.put_u128(r);
+        }
+        for (&lo, &hi) in self.scw_lo.iter().zip(&self.scw_hi) {
+            w.put(lo, 64);
+            w.put(hi, 64);
+        }
+        for (&l, &r) in self.tcw_left.iter().zip(&self.tcw_right) {
+            w.put(l, self.levels);
+            w.put(r, self.levels);
+        }
+    }
+
+    pub fn read(r: &mut BitReader<'_>, levels: u32, keys: usize) -> Result<TreeKeys, DecodeError> {
+        let needed = keys as u64 * TreeKeys::key_bits(levels);
+        if r.remaining_bits() < needed {
+            return Err(DecodeError::Truncated {
+                needed: needed.div_ceil(8) as usize,
+                available: (r.remaining_bits() / 8) as usize,
+            });
+        }
+        let mut t = TreeKeys::with_capacity(levels, keys);
+        for _ in 0..keys {
+            let root = r.get_u128()?;
+            if root & 1 != 0 {
+                return Err(DecodeError::InvalidField("root seed has its control bit set"));
+            }
+            t.roots.push(root);
+        }
+        for _ in 0..keys * levels as usize {
+            let c = r.get_u128()?;
+            if c & 1 != 0 {
+                return Err(DecodeError::InvalidField("seed correction word has bit 0 set"));
+            }
+            t.push_scw(c);
+        }
+        for _ in 0..keys {
+            t.tcw_left.push(r.get(levels)?);
+            t.tcw_right.push(r.get(levels)?);
+        }
+        Ok(t)
+    }
+}
+
+/// Apply a level's correction to a freshly hashed child `a = H_c(s)` of a node with control
+/// bit `t`: returns the child's seed and control bit.
+#[inline(always)]
+pub(crate) fn correct(a: u128, t: u8, scw: u128, tcw: u8) -> (u128, u8) {
+    let tmask = (t as u128).wrapping_neg();
+    ((a & SEED_MASK) ^ (scw & tmask), ((a as u8) & 1) ^ (t & tcw))
+}
+
+/// The dealer's side of a batch of trees, walked level by level in lockstep. Lane `2k + b`
+/// holds party `b`'s seed for key `k`.
+pub(crate) struct DealerTrees {
+    pub seeds: Vec<u128>,
+    pub t: Vec<u8>,
+    /// `H_0(seed)` of every lane after [`DealerTrees::expand`].
+    pub left: Vec<u128>,
+    /// `H_1(seed)` of every lane after [`DealerTrees::expand`].
+    pub right: Vec<u128>,
+    /// The correction words dealt so far (party 0's roots).
+    pub keys: TreeKeys,
+    roots1: Vec<u128>,
+}
+
+impl DealerTrees {
+    /// Start from root seeds `roots[2k + b]` (their control bits are cleared here), for
+    /// trees of `levels` levels.
+    pub fn new(mut roots: Vec<u128>, levels: u32) -> DealerTrees {
+        for r in roots.iter_mut() {
+            *r &= SEED_MASK;
+        }
+        let lanes = roots.len();
+        let mut keys = TreeKeys::with_capacity(levels, lanes / 2);
+        keys.roots.extend(roots.iter().step_by(2));
+        let roots1 = roots.iter().skip(1).step_by(2).copied().collect();
+        keys.tcw_left.resize(lanes / 2, 0);
+        keys.tcw_right.resize(lanes / 2, 0);
+        DealerTrees {
+            t: (0..lanes).map(|i| (i & 1) as u8).collect(),
+            seeds: roots,
+            left: vec![0; lanes],
+            right: vec![0; lanes],
+            keys,
+            roots1,
+        }
+    }
+
+    /// Both parties' tree material (the correction words are common, the roots differ).
+    pub fn split_keys(&self) -> (TreeKeys, TreeKeys) {
+        (self.keys.clone(), self.keys.with_roots(self.roots1.clone()))
+    }
+
+    /// Hash every seed into both children (`4` AES per key per level).
+    pub fn expand(&mut self, prg: &Prg) {
+        prg.hash_many(HashKey::Left, &self.seeds, &mut self.left);
+        prg.hash_many(HashKey::Right, &self.seeds, &mut self.right);
+    }
+
+    /// BGI16 level step `i` for every key, whose point has bit `bits(k)` at this level:
+    /// computes the correction words from the expanded children, records them, and moves both
+    /// parties to the kept child.
+    pub fn step(&mut self, i: u32, bits: impl Fn(usize) -> u64) {
+        for k in 0..self.seeds.len() / 2 {
+            let a = bits(k);
+            let (l0, l1) = (self.left[2 * k], self.left[2 * k + 1]);
+            let (r0, r1) = (self.right[2 * k], self.right[2 * k + 1]);
+            let a8 = a as u8;
+            let (lose0, lose1) = if a == 0 { (r0, r1) } else { (l0, l1) };
+            let scw = (lose0 ^ lose1) & SEED_MASK;
+            let tl = ((l0 ^ l1) as u8 & 1) ^ a8 ^ 1;
+            let tr = ((r0 ^ r1) as u8 & 1) ^ a8;
+            let tkeep = if a == 0 { tl } else { tr };
+            for b in 0..2 {
+                let lane = 2 * k + b;
+                let keep = if a == 0 { self.left[lane] } else { self.right[lane] };
+                let (s, t) = correct(keep, self.t[lane], scw, tkeep);
+                self.seeds[lane] = s;
+                self.t[lane] = t;
+            }
+            self.keys.push_scw(scw);
+            self.keys.tcw_left[k] |= (tl as u64) << i;
+            self.keys.tcw_right[k] |= (tr as u64) << i;
+        }
+    }
+}
+
+/// Bit `i` (MSB first) of an `n`-bit point.
+#[inline(always)]
+pub(crate) fn path_bit(x: u64, n: u32, i: u32) -> u64 {
+    (x >> (n - 1 - i)) & 1
+}

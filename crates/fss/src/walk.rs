@@ -1,0 +1,246 @@
+//! The level-synchronous walk shared by the batched evaluators.
+//!
+//! A chunk of lanes (a key and a point each) descends the trees together. At every level
+//! each lane needs `H_c(s)` for its own direction `c`; the walk computes *both* children of
+//! every lane with two whole-chunk AES calls and selects with masks. That doubles the AES
+//! work of a level but keeps every loop sequential over plain `u64` arrays, which the
+//! compiler vectorises — partitioning lanes by direction instead costs ~4× more in
+//! bookkeeping than the AES it saves (measured: 5.1 ns against 2.6 ns per lane and level
+//! for a DPF at n = 50).
+//!
+//! Seeds are kept as two `u64` halves; `σ(hi‖lo) = (hi ⊕ lo)‖hi` is the block whose low 8
+//! bytes are `hi` and high 8 bytes `hi ⊕ lo`.
+
+use rayon::prelude::*;
+
+use crate::codec::BitReader;
+use crate::error::{DecodeError, FssError};
+use crate::prg::{AesBlock, HashKey, Prg};
+use crate::ring::mask;
+use crate::tree::TreeKeys;
+
+/// Lanes evaluated together by one thread: keeps a level's buffers in L1/L2 and AES calls
+/// long enough to run at full speed.
+pub const CHUNK: usize = 256;
+
+/// Blocks the `aes` crate's widest backend encrypts per step: calls are padded to a multiple
+/// (a remainder would be encrypted one block at a time, ~4× slower per block).
+pub(crate) const PAR: usize = 64;
+
+/// `n` rounded up to a multiple of [`PAR`].
+#[inline]
+pub(crate) fn pad(n: usize) -> usize {
+    n.next_multiple_of(PAR)
+}
+
+/// The low and high halves of an AES block.
+#[inline(always)]
+pub(crate) fn halves(b: &AesBlock) -> (u64, u64) {
+    let lo = u64::from_le_bytes(b.0[..8].try_into().expect("8 bytes"));
+    let hi = u64::from_le_bytes(b.0[8..].try_into().expect("8 bytes"));
+    (lo, hi)
+}
+
+/// The block with halves `lo`, `hi`.
+#[inline(always)]
+pub(crate) fn block(lo: u64, hi: u64) -> AesBlock {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&lo.to_le_bytes());
+    b[8..].copy_from_slice(&hi.to_le_bytes());
+    b.into()
+}
+
+/// A chunk of lanes walking down their trees: seed halves and control bits (as masks).
+pub(crate) struct Walk {
+    /// Seed bits 0..64 (bit 0 is always 0).
+    pub lo: Vec<u64>,
+    /// Seed bits 64..128.
+    pub hi: Vec<u64>,
+    /// Control bit as a mask: 0 or `u64::MAX`.
+    pub t: Vec<u64>,
+    /// `σ(s)` of every lane (padded to [`PAR`]).
+    sig: Vec<AesBlock>,
+}
+
+impl Walk {
+    /// `m` lanes starting at `roots(k)` with control bit `t0` (the party's index).
+    pub fn new(m: usize, roots: impl Fn(usize) -> u128, t0: u8) -> Walk {
+        Walk {
+            lo: (0..m).map(|k| roots(k) as u64).collect(),
+            hi: (0..m).map(|k| (roots(k) >> 64) as u64).collect(),
+            t: vec![(t0 as u64).wrapping_neg(); m],
+            sig: vec![AesBlock::default(); pad(m)],
+        }
+    }
+
+    /// Compute `σ(s)` for every lane; call once per level before [`Walk::encrypt`].
+    #[inline]
+    pub fn prepare(&mut self) {
+        for k in 0..self.lo.len() {
+            self.sig[k] = block(self.hi[k], self.hi[k] ^ self.lo[k]);
+        }
+    }
+
+    /// `out[c] = AES_{keys[c]}(σ(s))` for every lane, `c ∈ {0, 1}`.
+    #[inline]
+    pub fn encrypt(&self, prg: &Prg, keys: [HashKey; 2], out: &mut [Vec<AesBlock>; 2]) {
+        let len = self.sig.len();
+        for (c, o) in out.iter_mut().enumerate() {
+            prg.encrypt(keys[c], &self.sig, &mut o[..len]);
+        }
+    }
+
+    /// The first `m` lanes' seed halves and control masks, as slices of length `m` (so that
+    /// loops over them need no bounds checks and vectorise).
+    #[inline(always)]
+    pub fn view(&self, m: usize) -> (&[u64], &[u64], &[u64]) {
+        (&self.lo[..m], &self.hi[..m], &self.t[..m])
+    }
+
+    /// Move every lane one level down: lane `k` evaluates key `key(k)` of `tree` and goes in
+    /// the direction of bit `shift` of `points[k]`; `enc` holds both children's hashes.
+    ///
+    /// Everything is sliced to the lane count first so that the loop has no bounds checks
+    /// left but the key lookups, and vectorises.
+    #[inline(always)]
+    pub fn descend_all(
+        &mut self,
+        enc: &[Vec<AesBlock>; 2],
+        tree: &TreeKeys,
+        i: u32,
+        key: impl Fn(usize) -> usize,
+        points: &[u64],
+        shift: u32,
+    ) {
+        let m = points.len();
+        let (sl, sh) = tree.scw_level(i);
+        let (tl, tr) = (&tree.tcw_left[..], &tree.tcw_right[..]);
+        let (e0, e1) = (&enc[0][..m], &enc[1][..m]);
+        let (lo, hi, t) = (&mut self.lo[..m], &mut self.hi[..m], &mut self.t[..m]);
+        for k in 0..m {
+            let kk = key(k);
+            let sel = ((points[k] >> shift) & 1).wrapping_neg();
+            let (al, ah) = select_hash(&e0[k], &e1[k], sel, lo[k], hi[k]);
+            let tcw = (tl[kk] ^ ((tl[kk] ^ tr[kk]) & sel)) >> i;
+            let tk = t[k];
+            lo[k] = (al & !1) ^ (sl[kk] & tk);
+            hi[k] = ah ^ (sh[kk] & tk);
+            t[k] = ((al ^ (tk & tcw)) & 1).wrapping_neg();
+        }
+    }
+
+    /// Lane `k`'s seed.
+    #[inline(always)]
+    pub fn seed(&self, k: usize) -> u128 {
+        self.lo[k] as u128 | (self.hi[k] as u128) << 64
+    }
+
+    /// Output buffers for [`Walk::encrypt`].
+    pub fn buffers(&self) -> [Vec<AesBlock>; 2] {
+        [vec![AesBlock::default(); self.sig.len()], vec![AesBlock::default(); self.sig.len()]]
+    }
+}
+
+/// `H_c(s) = AES_{K_c}(σ(s)) ⊕ σ(s)` from both children's AES outputs, with `sel` = 0 for
+/// `c = 0` and `u64::MAX` for `c = 1`, for the seed with halves `(lo, hi)`.
+#[inline(always)]
+pub(crate) fn select_hash(e0: &AesBlock, e1: &AesBlock, sel: u64, lo: u64, hi: u64) -> (u64, u64) {
+    let (l0, h0) = halves(e0);
+    let (l1, h1) = halves(e1);
+    ((l0 ^ ((l0 ^ l1) & sel)) ^ hi, (h0 ^ ((h0 ^ h1) & sel)) ^ hi ^ lo)
+}
+
+/// Which key each lane of a chunk evaluates.
+#[derive(Clone, Copy)]
+pub(crate) enum KeyMap<'a> {
+    /// Lane `k` evaluates key `offset + k`.
+    Offset(usize),
+    /// Lane `k` evaluates key `indices[k]`.
+    Indexed(&'a [u32]),
+}
+
+/// Run `f` over chunks of at most [`CHUNK`] lanes, on the rayon pool when there is more
+/// than one; `out` holds `per_lane` outputs per lane.
+pub(crate) fn run_chunks<T: Send>(
+    keys: Option<&[u32]>,
+    points: &[u64],
+    out: &mut [T],
+    per_lane: usize,
+    f: impl Fn(KeyMap<'_>, &[u64], &mut [T]) + Sync,
+) {
+    let m = points.len();
+    let job = |c: usize, o: &mut [T]| {
+        let start = c * CHUNK;
+        let end = (start + CHUNK).min(m);
+        let map = match keys {
+            None => KeyMap::Offset(start),
+            Some(ix) => KeyMap::Indexed(&ix[start..end]),
+        };
+        f(map, &points[start..end], o)
+    };
+    if m == 0 {
+    } else if m <= CHUNK {
+        job(0, out)
+    } else {
+        out.par_chunks_mut(CHUNK * per_lane).enumerate().for_each(|(c, o)| job(c, o));
+    }
+}
+
+pub(crate) fn check_len(expected: usize, actual: usize) -> Result<(), FssError> {
+    if expected != actual {
+        return Err(FssError::LengthMismatch { expected, actual });
+    }
+    Ok(())
+}
+
+/// Every point must fit the `bits`-bit domain.
+pub(crate) fn check_points(points: &[u64], bits: u32) -> Result<(), FssError> {
+    match points.iter().find(|&&x| x & !mask(bits) != 0) {
+        Some(&point) => Err(FssError::PointOutOfDomain { point, bits }),
+        None => Ok(()),
+    }
+}
+
+/// Every key index must be below `len`.
+pub(crate) fn check_indices(keys: &[u32], len: usize) -> Result<(), FssError> {
+    match keys.iter().find(|&&k| k as usize >= len) {
+        Some(_) => Err(FssError::InvalidParams("key index out of range")),
+        None => Ok(()),
+    }
+}
+
+/// `i` as a key index of a batch of `len` keys.
+pub(crate) fn index(i: usize, len: usize) -> Result<u32, FssError> {
+    if i >= len || i > u32::MAX as usize {
+        return Err(FssError::InvalidParams("key index out of range"));
+    }
+    Ok(i as u32)
+}
+
+/// Fail early (before allocating) if the stream cannot hold `bits` more bits.
+pub(crate) fn check_remaining(r: &BitReader<'_>, bits: u64) -> Result<(), DecodeError> {
+    if r.remaining_bits() < bits {
+        return Err(DecodeError::Truncated {
+            needed: bits.div_ceil(8) as usize,
+            available: (r.remaining_bits() / 8) as usize,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prg::{from_block, sigma, to_block};
+
+    #[test]
+    fn block_halves_match_the_u128_convention() {
+        let x = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210u128;
+        assert_eq!(halves(&to_block(x)), (x as u64, (x >> 64) as u64));
+        assert_eq!(from_block(&block(x as u64, (x >> 64) as u64)), x);
+        let w = Walk::new(1, |_| x & !1, 0);
+        let mut w2 = w;
+        w2.prepare();
+        assert_eq!(from_block(&w2.sig[0]), sigma(x & !1));
+    }
+}
