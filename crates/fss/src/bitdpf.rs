@@ -15,7 +15,7 @@
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use crate::codec::{self, BitReader, BitWriter, Header, KeyKind};
-use crate::dpf::{MAX_FULL_DOMAIN_BITS, expand_full};
+use crate::dpf::{MAX_FULL_DOMAIN_BITS, SCRATCH, expand_full};
 use crate::error::{DecodeError, FssError};
 use crate::prg::{AesBlock, HashKey, Prg, from_block, sigma, to_block};
 use crate::rng::{CryptoRng, random_block, random_seed};
@@ -249,38 +249,37 @@ impl BitDpfKeys {
         let prg = Prg::global();
         let mut w = Walk::new(m, |k| self.tree.roots[key(k)], self.party.bit());
         let mut enc = w.buffers();
-        // Prefix parity (§4): XOR in t where the path turns; masks, like `w.t`.
-        let mut acc = vec![0u64; m];
-        let mut prev = vec![0u64; m];
         for i in 0..levels - 1 {
             let shift = n - 1 - i;
-            w.prepare();
             w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
-            let (_, _, tm) = w.view(m);
-            let (acc, prev) = (&mut acc[..m], &mut prev[..m]);
-            for k in 0..m {
-                let sel = ((points[k] >> shift) & 1).wrapping_neg();
-                acc[k] ^= tm[k] & (sel ^ prev[k]);
-                prev[k] = sel;
-            }
-            w.descend_all(&enc, &self.tree, i, &key, points, shift);
+            // Prefix parity (§4): XOR in t where the path turns.
+            w.descend_all::<true>(&enc, &self.tree, i, &key, points, shift);
         }
         // Last level: the hash output, corrected, is the leaf block.
         let shift = n - levels;
-        w.prepare();
         w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
         let (lo, hi, tm) = w.view(m);
+        let (acc, prev) = (&w.acc[..m], &w.prev[..m]);
         let (e0, e1) = (&enc[0][..m], &enc[1][..m]);
+        let party = self.party.bit() as u64;
+        // Branch-free form of `finish`, so that the loop vectorises.
         for k in 0..m {
             let kk = key(k);
-            let bit = (points[k] >> shift) & 1;
-            let sel = bit.wrapping_neg();
+            let y = points[k];
+            let sel = ((y >> shift) & 1).wrapping_neg();
             let t = tm[k];
             let acc = acc[k] ^ (t & (sel ^ prev[k]));
-            let a = walk::select_hash(&e0[k], &e1[k], sel, lo[k], hi[k]);
-            let cw = self.leaf_cw[kk][bit as usize];
-            let blk = (a.0 ^ (cw as u64 & t)) as u128 | ((a.1 ^ ((cw >> 64) as u64 & t)) as u128) << 64;
-            out[k] = self.finish(points[k], blk, bit, (acc & 1) as u8);
+            let (al, ah) = walk::select_hash(&e0[k], &e1[k], sel, lo[k], hi[k]);
+            let [c0, c1] = self.leaf_cw[kk];
+            let cw = c0 ^ ((c0 ^ c1) & ((sel as u128) << 64 | sel as u128));
+            let (bl, bh) = (al ^ (cw as u64 & t), ah ^ ((cw >> 64) as u64 & t));
+            // Leaves 0..=pos, or above pos when the last step went right (prev = 1).
+            let pos = (y & 127) as u32;
+            let (ml, mh) = upto_halves(pos);
+            let (ml, mh) = (ml ^ sel, mh ^ sel);
+            let parity = ((bl & ml).count_ones() + (bh & mh).count_ones()) as u64 & 1;
+            let eq = if pos < 64 { bl >> pos } else { bh >> (pos - 64) } & 1;
+            out[k] = CmpShares { lt: XorBit((acc ^ parity ^ party) & 1 == 1), eq: XorBit(eq == 1) };
         }
     }
 
@@ -430,31 +429,43 @@ impl BitDpfKeys {
         }
     }
 
-    /// Shares of `1{j = α_i}` for every `j` of key `i`'s domain: bit `j mod 128` of block
-    /// `j / 128`. For `n < 7` only the low `2^n` bits of the single block are meaningful (the
-    /// rest are zero). `2^{n−6} − 2` AES.
+    /// Shares of `1{j = α_i}` for every `j` of the domain of every key `i` in `keys`: key
+    /// `i`'s table is the `2^{n−7}` blocks from `(i − keys.start)·2^{n−7}`, bit `j mod 128` of
+    /// its block `j / 128`. Keys with `n ≤ 7` have one block each, of which the low `2^n`
+    /// bits are meaningful. `2^{n−6} − 2` AES per key, the keys expanded together.
     ///
     /// # Errors
     /// [`FssError::DomainTooLarge`] if `n > MAX_FULL_DOMAIN_BITS`, [`FssError::InvalidParams`]
-    /// if `i` is out of range.
-    pub fn full_domain(&self, i: usize) -> Result<Vec<u128>, FssError> {
+    /// if the range is out of bounds.
+    pub fn full_domain(&self, keys: std::ops::Range<usize>) -> Result<Vec<u128>, FssError> {
         let n = self.params.domain_bits;
         if n > MAX_FULL_DOMAIN_BITS {
             return Err(FssError::DomainTooLarge { bits: n, max: MAX_FULL_DOMAIN_BITS });
         }
-        walk::index(i, self.len())?;
+        walk::check_range(&keys, self.len())?;
         if self.params.is_table() {
-            return Ok(vec![self.leaf_cw[i][0]]);
+            return Ok(self.leaf_cw[keys].iter().map(|cw| cw[0]).collect());
         }
-        let (seeds, t) = expand_full(&self.tree, i, self.party, self.params.levels() - 1);
-        let mut out = vec![0u128; 2 * seeds.len()];
-        let mut enc = vec![0u128; seeds.len()];
-        for (c, hk) in [(0usize, HashKey::Left), (1, HashKey::Right)] {
-            Prg::global().hash_many(hk, &seeds, &mut enc);
-            for j in 0..seeds.len() {
-                out[2 * j + c] = enc[j] ^ (self.leaf_cw[i][c] & (t[j] as u128).wrapping_neg());
-            }
-        }
+        let levels = self.params.levels();
+        let mut out = vec![0u128; keys.len() << levels];
+        let per_chunk = walk::full_domain_chunk(n);
+        walk::par_chunks(&mut out, per_chunk << levels, |c, o| {
+            let start = keys.start + c * per_chunk;
+            let count = o.len() >> levels;
+            SCRATCH.with_borrow_mut(|scratch| {
+                let leaves = expand_full(scratch, &self.tree, start..start + count, self.party, levels - 1);
+                let seeds: Vec<u128> =
+                    leaves.lo.iter().zip(&leaves.hi).map(|(&l, &h)| l as u128 | (h as u128) << 64).collect();
+                let mut enc = vec![0u128; seeds.len()];
+                for (ch, hk) in [(0usize, HashKey::Left), (1, HashKey::Right)] {
+                    Prg::global().hash_many(hk, &seeds, &mut enc);
+                    for j in 0..seeds.len() {
+                        let cw = self.leaf_cw[start + (j >> (levels - 1))][ch];
+                        o[2 * j + ch] = enc[j] ^ (cw & ((leaves.t[j] as u128) | (leaves.t[j] as u128) << 64));
+                    }
+                }
+            })
+        });
         Ok(out)
     }
 
@@ -564,6 +575,20 @@ struct Node {
 #[inline(always)]
 fn above(blk: u128, pos: u32) -> u128 {
     blk.checked_shr(pos + 1).unwrap_or(0)
+}
+
+/// Mask of positions `0..=pos` as (low, high) halves.
+#[inline(always)]
+fn upto_halves(pos: u32) -> (u64, u64) {
+    let lo = if pos >= 63 { u64::MAX } else { (2u64 << pos) - 1 };
+    let hi = if pos < 64 {
+        0
+    } else if pos >= 127 {
+        u64::MAX
+    } else {
+        (2u64 << (pos - 64)) - 1
+    };
+    (lo, hi)
 }
 
 /// Mask of positions `0..=pos`.

@@ -358,7 +358,6 @@ impl DcfKeys {
         let mut venc = w.buffers();
         for i in 0..n {
             let shift = n - 1 - i;
-            w.prepare();
             w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
             w.encrypt(prg, [HashKey::ValueLeft, HashKey::ValueRight], &mut venc);
             let vcw = &self.vcw[i as usize * len..(i as usize + 1) * len];
@@ -370,7 +369,7 @@ impl DcfKeys {
                 let v = walk::select_hash(&v0[k], &v1[k], sel, lo[k], hi[k]).0;
                 acc[k] = acc[k].wrapping_add(v).wrapping_add(vcw[key(k)] & tm[k]);
             }
-            w.descend_all(&enc, &self.tree, i, &key, points, shift);
+            w.descend_all::<false>(&enc, &self.tree, i, &key, points, shift);
         }
         for k in 0..m {
             t[k] = (w.t[k] & 1) as u8;
@@ -402,7 +401,6 @@ impl DcfKeys {
         let (mut vl, mut vh) = (vec![0u64; m], vec![0u64; m]);
         for i in 0..n {
             let shift = n - 1 - i;
-            w.prepare();
             w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
             let (lo, hi, tm) = w.view(m);
             for b in 0..nb {
@@ -434,7 +432,7 @@ impl DcfKeys {
                     }
                 }
             }
-            w.descend_all(&enc, &self.tree, i, &key, points, shift);
+            w.descend_all::<false>(&enc, &self.tree, i, &key, points, shift);
         }
         for k in 0..m {
             t[k] = (w.t[k] & 1) as u8;

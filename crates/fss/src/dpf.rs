@@ -16,11 +16,11 @@ use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use crate::codec::{self, BitReader, BitWriter, Header, KeyKind};
 use crate::error::{DecodeError, FssError};
-use crate::prg::{AesBlock, HashKey, Prg, from_block, sigma, to_block};
+use crate::prg::{AesBlock, HashKey, Prg};
 use crate::ring::mask;
 use crate::rng::{CryptoRng, random_seed};
 use crate::share::{AddShare, Party};
-use crate::tree::{DealerTrees, TreeKeys, correct, path_bit};
+use crate::tree::{DealerTrees, TreeKeys, path_bit};
 use crate::walk::{self, Walk, pad};
 
 /// Largest domain [`DpfKeys::full_domain`] expands (`2^24` outputs).
@@ -263,9 +263,8 @@ impl DpfKeys {
         let mut enc = w.buffers();
         for i in 0..n {
             let shift = n - 1 - i;
-            w.prepare();
             w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
-            w.descend_all(&enc, &self.tree, i, &key, points, shift);
+            w.descend_all::<false>(&enc, &self.tree, i, &key, points, shift);
         }
         for k in 0..m {
             out[k] = self.output(key(k), w.seed(k), (w.t[k] & 1) as u8);
@@ -279,20 +278,39 @@ impl DpfKeys {
         AddShare(self.party.signed(y) & mask(self.params.out_bits))
     }
 
-    /// Evaluate key `i` at every point of the domain: `out[x]` is this party's share of
-    /// `f_i(x)`. `2(2^n − 1)` AES.
+    /// Evaluate keys `keys` at every point of the domain: `out[(i − keys.start)·2^n + x]` is
+    /// this party's share of `f_i(x)`. `2(2^n − 1)` AES per key, the keys expanded together
+    /// level by level (and in chunks on the rayon pool).
     ///
     /// # Errors
     /// [`FssError::DomainTooLarge`] if `n > MAX_FULL_DOMAIN_BITS`, [`FssError::InvalidParams`]
-    /// if `i` is out of range.
-    pub fn full_domain(&self, i: usize) -> Result<Vec<AddShare>, FssError> {
+    /// if the range is out of bounds.
+    pub fn full_domain(&self, keys: std::ops::Range<usize>) -> Result<Vec<AddShare>, FssError> {
         let n = self.params.domain_bits;
         if n > MAX_FULL_DOMAIN_BITS {
             return Err(FssError::DomainTooLarge { bits: n, max: MAX_FULL_DOMAIN_BITS });
         }
-        walk::index(i, self.len())?;
-        let (seeds, t) = expand_full(&self.tree, i, self.party, n);
-        Ok(seeds.iter().zip(&t).map(|(&s, &t)| self.output(i, s, t)).collect())
+        walk::check_range(&keys, self.len())?;
+        let mut out = vec![AddShare::default(); keys.len() << n];
+        let per_chunk = walk::full_domain_chunk(n);
+        walk::par_chunks(&mut out, per_chunk << n, |c, o| {
+            let start = keys.start + c * per_chunk;
+            SCRATCH.with_borrow_mut(|scratch| {
+                let leaves = expand_full(scratch, &self.tree, start..start + (o.len() >> n), self.party, n);
+                let ell = mask(self.params.out_bits);
+                let shifted = self.params.conversion == Conversion::Shifted;
+                let rows = o.chunks_mut(1 << n).zip(leaves.lo.chunks(1 << n).zip(leaves.hi.chunks(1 << n)));
+                for (g, (row, (lo, hi))) in rows.enumerate() {
+                    let fcw = self.fcw[start + g];
+                    let t = &leaves.t[g << n..(g + 1) << n];
+                    for (((y, &l), &h), &tm) in row.iter_mut().zip(lo).zip(hi).zip(t) {
+                        let conv = if shifted { (l >> 1) | (h << 63) } else { l };
+                        *y = AddShare(self.party.signed(conv.wrapping_add(fcw & tm)) & ell);
+                    }
+                }
+            })
+        });
+        Ok(out)
     }
 
     /// One party's key material per key, in bytes (rounded up).
@@ -371,37 +389,121 @@ impl DpfKeys {
     }
 }
 
-/// Expand key `i`'s tree over its whole domain of `levels` levels: the seed and control bit
-/// of every leaf, in point order.
-pub(crate) fn expand_full(tree: &TreeKeys, i: usize, party: Party, levels: u32) -> (Vec<u128>, Vec<u8>) {
+/// Node arrays of a level: seed halves and control masks.
+#[derive(Default)]
+pub(crate) struct Nodes {
+    pub lo: Vec<u64>,
+    pub hi: Vec<u64>,
+    pub t: Vec<u64>,
+}
+
+impl Nodes {
+    fn resize(&mut self, len: usize) {
+        self.lo.resize(len, 0);
+        self.hi.resize(len, 0);
+        self.t.resize(len, 0);
+    }
+}
+
+/// Buffers of a full-domain expansion, kept per thread: fresh multi-megabyte allocations
+/// would cost more in page faults than the AES (measured ~15 ns per leaf at n = 16).
+#[derive(Default)]
+pub(crate) struct ExpandScratch {
+    cur: Nodes,
+    next: Nodes,
+    child: [Nodes; 2],
+    sig: Vec<AesBlock>,
+    enc: [Vec<AesBlock>; 2],
+}
+
+thread_local! {
+    pub(crate) static SCRATCH: std::cell::RefCell<ExpandScratch> = std::cell::RefCell::default();
+}
+
+/// `out[2j] = a[j]`, `out[2j + 1] = b[j]`.
+#[inline(always)]
+fn interleave(out: &mut [u64], a: &[u64], b: &[u64]) {
+    for ((d, &x), &y) in out.chunks_exact_mut(2).zip(a).zip(b) {
+        d[0] = x;
+        d[1] = y;
+    }
+}
+
+/// One direction's children of a run of nodes of one key: `e` holds `AES_{K_c}(σ(s))`,
+/// `cw` the level's `(scw_lo, scw_hi, tcw_c)`.
+#[inline(never)]
+fn children(
+    e: &[AesBlock],
+    (lo, hi, t): (&[u64], &[u64], &[u64]),
+    (scl, sch, tcw): (u64, u64, u64),
+    (clo, chi, ct): (&mut [u64], &mut [u64], &mut [u64]),
+) {
+    let m = e.len();
+    let (lo, hi, t, clo, chi, ct) = (&lo[..m], &hi[..m], &t[..m], &mut clo[..m], &mut chi[..m], &mut ct[..m]);
+    for j in 0..m {
+        let (el, eh) = walk::halves(&e[j]);
+        let (al, ah) = (el ^ hi[j], eh ^ hi[j] ^ lo[j]);
+        clo[j] = (al & !1) ^ (scl & t[j]);
+        chi[j] = ah ^ (sch & t[j]);
+        ct[j] = ((al ^ (t[j] & tcw)) & 1).wrapping_neg();
+    }
+}
+
+/// Expand the trees of keys `keys` over their whole domain of `levels` levels, all keys
+/// together level by level (so even small trees fill whole AES batches). Node `J` of a level
+/// belongs to key `keys.start + (J >> i)` and has children `2J` and `2J + 1`. Returns the
+/// leaves, key-major, in point order.
+pub(crate) fn expand_full<'s>(
+    scratch: &'s mut ExpandScratch,
+    tree: &TreeKeys,
+    keys: std::ops::Range<usize>,
+    party: Party,
+    levels: u32,
+) -> &'s Nodes {
     let prg = Prg::global();
-    let full = 1usize << levels;
-    let mut s = Vec::with_capacity(full);
-    let mut t = Vec::with_capacity(full);
-    s.push(tree.roots[i]);
-    t.push(party.bit());
-    let mut ns = vec![0u128; full];
-    let mut nt = vec![0u8; full];
-    let mut sig = vec![AesBlock::default(); pad(full / 2)];
-    let mut enc = vec![AesBlock::default(); pad(full / 2)];
-    for level in 0..levels {
-        let width = s.len();
-        for j in 0..width {
-            sig[j] = to_block(sigma(s[j]));
+    let total = keys.len() << levels;
+    let half = pad(total / 2).max(pad(keys.len()));
+    let ExpandScratch { cur, next, child, sig, enc } = scratch;
+    for v in [&mut *cur, &mut *next] {
+        v.resize(total);
+    }
+    for v in child.iter_mut() {
+        v.resize(half);
+    }
+    sig.resize(half, AesBlock::default());
+    for e in enc.iter_mut() {
+        e.resize(half, AesBlock::default());
+    }
+    for (j, &r) in tree.roots[keys.clone()].iter().enumerate() {
+        (cur.lo[j], cur.hi[j], cur.t[j]) = (r as u64, (r >> 64) as u64, (party.bit() as u64).wrapping_neg());
+    }
+    for i in 0..levels {
+        let width = keys.len() << i;
+        let (lo, hi, t) = (&cur.lo[..width], &cur.hi[..width], &cur.t[..width]);
+        for ((s, &l), &h) in sig[..width].iter_mut().zip(lo).zip(hi) {
+            *s = walk::block(h, h ^ l);
         }
-        let scw = tree.scw(level, i);
-        for (c, hk) in [(0u64, HashKey::Left), (1, HashKey::Right)] {
-            prg.encrypt(hk, &sig[..pad(width)], &mut enc[..pad(width)]);
-            let tcw = tree.tcw(level, i, c);
-            for j in 0..width {
-                let a = from_block(&enc[j]) ^ from_block(&sig[j]);
-                (ns[2 * j + c as usize], nt[2 * j + c as usize]) = correct(a, t[j], scw, tcw);
+        let padded = pad(width);
+        prg.encrypt(HashKey::Left, &sig[..padded], &mut enc[0][..padded]);
+        prg.encrypt(HashKey::Right, &sig[..padded], &mut enc[1][..padded]);
+        // Children by direction, then interleaved: simple loops that vectorise.
+        let (sl, sh) = tree.scw_level(i);
+        let per_key = 1usize << i;
+        for (c, ch) in child.iter_mut().enumerate() {
+            for (gi, g) in keys.clone().enumerate() {
+                let (scl, sch) = (sl[g], sh[g]);
+                let tcw = ([tree.tcw_left[g], tree.tcw_right[g]][c] >> i) & 1;
+                let r = gi * per_key..(gi + 1) * per_key;
+                let parent = (&lo[r.clone()], &hi[r.clone()], &t[r.clone()]);
+                let out = (&mut ch.lo[r.clone()], &mut ch.hi[r.clone()], &mut ch.t[r.clone()]);
+                children(&enc[c][r], parent, (scl, sch, tcw), out);
             }
         }
-        s.clear();
-        s.extend_from_slice(&ns[..2 * width]);
-        t.clear();
-        t.extend_from_slice(&nt[..2 * width]);
+        let [c0, c1] = &*child;
+        interleave(&mut next.lo[..2 * width], &c0.lo[..width], &c1.lo[..width]);
+        interleave(&mut next.hi[..2 * width], &c0.hi[..width], &c1.hi[..width]);
+        interleave(&mut next.t[..2 * width], &c0.t[..width], &c1.t[..width]);
+        std::mem::swap(cur, next);
     }
-    (s, t)
+    cur
 }

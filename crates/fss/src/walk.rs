@@ -58,6 +58,11 @@ pub(crate) struct Walk {
     pub hi: Vec<u64>,
     /// Control bit as a mask: 0 or `u64::MAX`.
     pub t: Vec<u64>,
+    /// Prefix parity (fss-building-blocks.md §4), as masks: the XOR of `t` at every level
+    /// where the path turns, and the last direction taken. Kept by
+    /// `descend_all::<true>` only.
+    pub acc: Vec<u64>,
+    pub prev: Vec<u64>,
     /// `σ(s)` of every lane (padded to [`PAR`]).
     sig: Vec<AesBlock>,
 }
@@ -65,23 +70,17 @@ pub(crate) struct Walk {
 impl Walk {
     /// `m` lanes starting at `roots(k)` with control bit `t0` (the party's index).
     pub fn new(m: usize, roots: impl Fn(usize) -> u128, t0: u8) -> Walk {
-        Walk {
-            lo: (0..m).map(|k| roots(k) as u64).collect(),
-            hi: (0..m).map(|k| (roots(k) >> 64) as u64).collect(),
-            t: vec![(t0 as u64).wrapping_neg(); m],
-            sig: vec![AesBlock::default(); pad(m)],
+        let lo: Vec<u64> = (0..m).map(|k| roots(k) as u64).collect();
+        let hi: Vec<u64> = (0..m).map(|k| (roots(k) >> 64) as u64).collect();
+        let mut sig = vec![AesBlock::default(); pad(m)];
+        for k in 0..m {
+            sig[k] = block(hi[k], hi[k] ^ lo[k]);
         }
+        Walk { lo, hi, t: vec![(t0 as u64).wrapping_neg(); m], acc: vec![0; m], prev: vec![0; m], sig }
     }
 
-    /// Compute `σ(s)` for every lane; call once per level before [`Walk::encrypt`].
-    #[inline]
-    pub fn prepare(&mut self) {
-        for k in 0..self.lo.len() {
-            self.sig[k] = block(self.hi[k], self.hi[k] ^ self.lo[k]);
-        }
-    }
-
-    /// `out[c] = AES_{keys[c]}(σ(s))` for every lane, `c ∈ {0, 1}`.
+    /// `out[c] = AES_{keys[c]}(σ(s))` for every lane, `c ∈ {0, 1}` (`σ(s)` is kept up to date
+    /// by [`Walk::descend_all`]).
     #[inline]
     pub fn encrypt(&self, prg: &Prg, keys: [HashKey; 2], out: &mut [Vec<AesBlock>; 2]) {
         let len = self.sig.len();
@@ -98,12 +97,13 @@ impl Walk {
     }
 
     /// Move every lane one level down: lane `k` evaluates key `key(k)` of `tree` and goes in
-    /// the direction of bit `shift` of `points[k]`; `enc` holds both children's hashes.
+    /// the direction of bit `shift` of `points[k]`; `enc` holds both children's hashes. With
+    /// `PARITY`, also fold the level into the prefix parity (before moving).
     ///
     /// Everything is sliced to the lane count first so that the loop has no bounds checks
     /// left but the key lookups, and vectorises.
     #[inline(always)]
-    pub fn descend_all(
+    pub fn descend_all<const PARITY: bool>(
         &mut self,
         enc: &[Vec<AesBlock>; 2],
         tree: &TreeKeys,
@@ -117,15 +117,22 @@ impl Walk {
         let (tl, tr) = (&tree.tcw_left[..], &tree.tcw_right[..]);
         let (e0, e1) = (&enc[0][..m], &enc[1][..m]);
         let (lo, hi, t) = (&mut self.lo[..m], &mut self.hi[..m], &mut self.t[..m]);
+        let (acc, prev, sig) = (&mut self.acc[..m], &mut self.prev[..m], &mut self.sig[..m]);
         for k in 0..m {
             let kk = key(k);
             let sel = ((points[k] >> shift) & 1).wrapping_neg();
             let (al, ah) = select_hash(&e0[k], &e1[k], sel, lo[k], hi[k]);
             let tcw = (tl[kk] ^ ((tl[kk] ^ tr[kk]) & sel)) >> i;
             let tk = t[k];
-            lo[k] = (al & !1) ^ (sl[kk] & tk);
-            hi[k] = ah ^ (sh[kk] & tk);
+            if PARITY {
+                acc[k] ^= tk & (sel ^ prev[k]);
+                prev[k] = sel;
+            }
+            let (nl, nh) = ((al & !1) ^ (sl[kk] & tk), ah ^ (sh[kk] & tk));
+            lo[k] = nl;
+            hi[k] = nh;
             t[k] = ((al ^ (tk & tcw)) & 1).wrapping_neg();
+            sig[k] = block(nh, nh ^ nl);
         }
     }
 
@@ -209,6 +216,31 @@ pub(crate) fn check_indices(keys: &[u32], len: usize) -> Result<(), FssError> {
     }
 }
 
+/// A key range must lie within a batch of `len` keys.
+pub(crate) fn check_range(keys: &std::ops::Range<usize>, len: usize) -> Result<(), FssError> {
+    if keys.start > keys.end || keys.end > len {
+        return Err(FssError::InvalidParams("key range out of bounds"));
+    }
+    Ok(())
+}
+
+/// Keys expanded together by one full-domain job: about 2^16 leaves.
+pub(crate) fn full_domain_chunk(levels: u32) -> usize {
+    (1usize << 16 >> levels.min(16)).max(1)
+}
+
+/// Run `f(chunk index, chunk)` over chunks of `out` of `size` elements, on the rayon pool
+/// when there is more than one.
+pub(crate) fn par_chunks<T: Send>(out: &mut [T], size: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    if out.len() <= size {
+        if !out.is_empty() {
+            f(0, out);
+        }
+    } else {
+        out.par_chunks_mut(size).enumerate().for_each(|(c, o)| f(c, o));
+    }
+}
+
 /// `i` as a key index of a batch of `len` keys.
 pub(crate) fn index(i: usize, len: usize) -> Result<u32, FssError> {
     if i >= len || i > u32::MAX as usize {
@@ -239,8 +271,6 @@ mod tests {
         assert_eq!(halves(&to_block(x)), (x as u64, (x >> 64) as u64));
         assert_eq!(from_block(&block(x as u64, (x >> 64) as u64)), x);
         let w = Walk::new(1, |_| x & !1, 0);
-        let mut w2 = w;
-        w2.prepare();
-        assert_eq!(from_block(&w2.sig[0]), sigma(x & !1));
+        assert_eq!(from_block(&w.sig[0]), sigma(x & !1));
     }
 }

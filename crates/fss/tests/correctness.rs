@@ -63,11 +63,13 @@ fn dpf_exhaustive_small_domains() {
                 let want = if x == a { betas[a as usize] } else { 0 };
                 assert_eq!(y[lane], want, "n={n} ell={ell} alpha={a} x={x}");
             }
-            // Full-domain expansion agrees with point evaluation.
+            // Full-domain expansion of every key (expanded together) agrees with point
+            // evaluation, and so do sub-ranges.
             let dom = 1usize << n;
+            assert_eq!(k0.full_domain(0..alphas.len()).unwrap(), y0);
+            assert_eq!(k1.full_domain(0..alphas.len()).unwrap(), y1);
             for a in [0usize, alphas.len() - 1, alphas.len() / 2] {
-                assert_eq!(k0.full_domain(a).unwrap(), &y0[a * dom..(a + 1) * dom]);
-                assert_eq!(k1.full_domain(a).unwrap(), &y1[a * dom..(a + 1) * dom]);
+                assert_eq!(k0.full_domain(a..a + 1).unwrap(), &y0[a * dom..(a + 1) * dom]);
             }
         }
     }
@@ -135,14 +137,19 @@ fn bitdpf_exhaustive_small_domains() {
         let mut t0 = vec![CmpShares::default(); pts.len()];
         k0.eval_sorted(&pts, &offsets, &mut t0).unwrap();
         assert_eq!(t0, s0, "trie n={n}");
-        // Full domain: bit j of the expansion is the equality share at j.
-        for a in [0, alphas.len() - 1, alphas.len() / 3] {
-            let (f0, f1) = (k0.full_domain(a).unwrap(), k1.full_domain(a).unwrap());
+        // Full domain of all keys at once: bit j of key a's table is its equality share at j.
+        let (f0, f1) = (k0.full_domain(0..alphas.len()).unwrap(), k1.full_domain(0..alphas.len()).unwrap());
+        let blocks = dom.div_ceil(128);
+        assert_eq!(f0.len(), alphas.len() * blocks);
+        for a in 0..alphas.len() {
             for j in 0..dom {
-                let bit = |f: &[u128]| (f[j >> 7] >> (j & 127)) & 1 == 1;
+                let bit = |f: &[u128]| (f[a * blocks + (j >> 7)] >> (j & 127)) & 1 == 1;
                 assert_eq!(bit(&f0), s0[a * dom + j].eq.0, "full domain n={n} a={a} j={j}");
                 assert_eq!(bit(&f0) ^ bit(&f1), j == a);
             }
+        }
+        if alphas.len() >= 5 {
+            assert_eq!(k0.full_domain(3..5).unwrap(), &f0[3 * blocks..5 * blocks]);
         }
     }
 }
@@ -367,7 +374,8 @@ fn misuse_is_a_typed_error() {
     assert!(b0.eval_sorted(&[3, 9], &[0, 1], &mut s).is_err());
     let big = DpfParams::new(30, 8).unwrap();
     let (kb, _) = dpf::keygen(big, &[0], &[0], &mut r).unwrap();
-    assert!(matches!(kb.full_domain(0), Err(FssError::DomainTooLarge { .. })));
+    assert!(matches!(kb.full_domain(0..1), Err(FssError::DomainTooLarge { .. })));
+    assert!(matches!(k0.full_domain(0..2), Err(FssError::InvalidParams(_))));
     let dp = DcfParams::new(8, 8, 2).unwrap();
     assert!(matches!(dcf::keygen(dp, &[3], &[1], &mut r), Err(FssError::LengthMismatch { .. })));
     let (kd, _) = dcf::keygen(dp, &[3], &[1, 2], &mut r).unwrap();
