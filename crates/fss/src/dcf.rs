@@ -217,6 +217,16 @@ pub fn keygen_with_roots(
     Ok((key(Party::P0, t0), key(Party::P1, t1)))
 }
 
+/// `acc[k] += words[k] + (vcw[key(k)] & t[k])` over a chunk (vectorises).
+#[inline(always)]
+fn add_words(acc: &mut [u64], words: &[u64], vcw: &[u64], t: &[u64], key: impl Fn(usize) -> usize) {
+    let m = acc.len();
+    let (words, t) = (&words[..m], &t[..m]);
+    for k in 0..m {
+        acc[k] = acc[k].wrapping_add(words[k]).wrapping_add(vcw[key(k)] & t[k]);
+    }
+}
+
 /// The leaf conversion of every seed: `K` words each.
 fn leaf_words(params: DcfParams, seeds: &[u128]) -> Vec<u64> {
     let kw = params.words();
@@ -371,8 +381,8 @@ impl DcfKeys {
             }
             w.descend_all::<false>(&enc, &self.tree, i, &key, points, shift);
         }
-        for k in 0..m {
-            t[k] = (w.t[k] & 1) as u8;
+        for (tk, &mask) in t.iter_mut().zip(&w.t) {
+            *tk = (mask & 1) as u8;
         }
         (0..m).map(|k| w.seed(k)).collect()
     }
@@ -413,8 +423,9 @@ impl DcfKeys {
             prg.encrypt(HashKey::ValueRight, &vsig, &mut venc[1]);
             for b in 0..nb {
                 let (v0, v1) = (&venc[0][b * mp..b * mp + m], &venc[1][b * mp..b * mp + m]);
+                let (vl, vh, pts) = (&mut vl[..m], &mut vh[..m], &points[..m]);
                 for k in 0..m {
-                    let sel = ((points[k] >> shift) & 1).wrapping_neg();
+                    let sel = ((pts[k] >> shift) & 1).wrapping_neg();
                     (vl[k], vh[k]) = walk::select_hash(&v0[k], &v1[k], sel, lo[k] ^ b as u64, hi[k]);
                 }
                 for j in b * wpb..((b + 1) * wpb).min(kw) {
@@ -422,20 +433,24 @@ impl DcfKeys {
                     let row = (i as usize * kw + j) * len;
                     let vcw = &self.vcw[row..row + len];
                     let accj = &mut acc[j * m..(j + 1) * m];
-                    for k in 0..m {
-                        let word = match sh {
-                            0 => vl[k],
-                            1..64 => (vl[k] >> sh) | (vh[k] << (64 - sh)),
-                            _ => vh[k] >> (sh - 64),
-                        };
-                        accj[k] = accj[k].wrapping_add(word).wrapping_add(vcw[key(k)] & tm[k]);
+                    // One loop per shift class, each simple enough to vectorise.
+                    let add = |accj: &mut [u64], word: &dyn Fn(usize) -> u64| {
+                        for k in 0..m {
+                            accj[k] = accj[k].wrapping_add(word(k)).wrapping_add(vcw[key(k)] & tm[k]);
+                        }
+                    };
+                    match sh {
+                        0 => add_words(accj, vl, vcw, tm, &key),
+                        64 => add_words(accj, vh, vcw, tm, &key),
+                        1..64 => add(accj, &|k| (vl[k] >> sh) | (vh[k] << (64 - sh))),
+                        _ => add(accj, &|k| vh[k] >> (sh - 64)),
                     }
                 }
             }
             w.descend_all::<false>(&enc, &self.tree, i, &key, points, shift);
         }
-        for k in 0..m {
-            t[k] = (w.t[k] & 1) as u8;
+        for (tk, &mask) in t.iter_mut().zip(&w.t) {
+            *tk = (mask & 1) as u8;
         }
         (0..m).map(|k| w.seed(k)).collect()
     }

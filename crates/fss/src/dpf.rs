@@ -266,8 +266,8 @@ impl DpfKeys {
             w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
             w.descend_all::<false>(&enc, &self.tree, i, &key, points, shift);
         }
-        for k in 0..m {
-            out[k] = self.output(key(k), w.seed(k), (w.t[k] & 1) as u8);
+        for (k, o) in out.iter_mut().enumerate() {
+            *o = self.output(key(k), w.seed(k), (w.t[k] & 1) as u8);
         }
     }
 
