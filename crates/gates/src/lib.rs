@@ -1,3 +1,37 @@
-//! Masked-wire gates: the SIGMA-style baseline protocols and the sub-protocols the compiler
-//! reuses (design.md §3). Not implemented yet: this crate reserves its place in the
-//! workspace's dependency order (`fss` → `gates` → `compiler` → `engine`).
+//! Masked-wire gates: the SIGMA-style baseline protocols and the sub-protocols the FuseFSS
+//! compiler reuses (design.md §3, §6).
+//!
+//! Every wire carries a secret value `x` and a dealer-chosen one-time mask `r`; the servers
+//! hold the public masked value `x̂ = x + r mod 2^n`. A gate ([`Gate`]) is a params type, a
+//! key type, a dealer `keygen` (input and output masks in, both parties' keys out), a party
+//! `eval` (key and public masked inputs in; it opens masked values through [`Ctx`] and
+//! returns the masked output) and a plaintext `reference` that defines the exact result.
+//!
+//! | module | gates |
+//! |---|---|
+//! | [`arith`] | elementwise product, square, masked × masked matrix product |
+//! | [`select`] | bit × value (select), bit-to-arithmetic |
+//! | [`cmp`] | DReLU, ReLU, interval test, row max |
+//! | [`shift`] | truncate-reduce, truncate-with-slack, sign/zero extension, exact ARS/LRS |
+//! | [`lut`] | table lookup by a full-domain 1-bit DPF |
+//!
+//! [`online`] is the sans-IO online runtime, [`harness`] runs a gate between two in-memory
+//! parties and counts key bytes, communication and rounds.
+
+pub mod arith;
+pub mod cmp;
+pub mod dealer;
+pub mod error;
+pub mod gate;
+pub mod harness;
+pub mod keyio;
+pub mod linalg;
+pub mod lut;
+pub mod online;
+pub mod select;
+pub mod shift;
+
+pub use error::GateError;
+pub use gate::Gate;
+pub use keyio::GateKey;
+pub use online::{Ctx, Session, Stats, join, run_pair};

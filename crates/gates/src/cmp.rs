@@ -1,0 +1,608 @@
+//! Comparisons (SIGMA; fss-building-blocks.md §6.2–6.3): DReLU, ReLU, interval tests and the
+//! row-max tree. All comparison keys are the early-terminated 1-bit DPF of `fss::bitdpf`.
+
+use fss::bitdpf::{self, BitDpfKeys, BitDpfParams, CmpShares};
+use fss::codec::{BitReader, BitWriter};
+use fss::ring::mask;
+use fss::rng::CryptoRng;
+use fss::{DecodeError, Party, XorBit, compare};
+use zeroize::{Zeroize, ZeroizeOnDrop};
+
+use crate::arith::{check_inputs, check_party};
+use crate::dealer::{random_words, share_bits};
+use crate::error::{GateError, check_len};
+use crate::gate::Gate;
+use crate::keyio::{GateKey, get_bits, key_debug, put_bits};
+use crate::online::Ctx;
+use crate::select::{Select, SelectKey};
+
+/// `DReLU(x) = 1{x ≥ 0}` for signed `x ∈ Z_{2^bits}`, as a masked bit (SIGMA, §6.2a).
+///
+/// The sign is `MSB(x̂) ⊕ MSB(−r) ⊕ carry` with `carry = 1{(−x̂ − 1) mod 2^{n−1} < (−r) mod
+/// 2^{n−1}}`: one 1-bit DPF on `n − 1` bits at `(−r) mod 2^{n−1}`. One round, one bit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Drelu {
+    /// Ring width `n ≥ 2`.
+    pub bits: u32,
+    /// Elements.
+    pub len: usize,
+}
+
+/// A party's [`Drelu`] key: the comparison key and a share of the output correction bit.
+#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+pub struct DreluKey {
+    #[zeroize(skip)]
+    party: Party,
+    cmp: BitDpfKeys,
+    corr: Vec<bool>,
+}
+key_debug!(DreluKey);
+
+impl GateKey for DreluKey {
+    type Shape = Drelu;
+
+    fn party(&self) -> Party {
+        self.party
+    }
+
+    fn write(&self, w: &mut BitWriter) {
+        self.cmp.write_material(w);
+        put_bits(w, &self.corr);
+    }
+
+    fn read(s: &Drelu, party: Party, r: &mut BitReader<'_>) -> Result<DreluKey, DecodeError> {
+        let params = s.cmp_params().map_err(|_| DecodeError::InvalidField("DReLU width"))?;
+        let cmp = BitDpfKeys::read_material(params, party, s.len, r)?;
+        Ok(DreluKey { party, cmp, corr: get_bits(r, s.len)? })
+    }
+}
+
+impl Drelu {
+    fn cmp_params(&self) -> Result<BitDpfParams, GateError> {
+        if self.bits < 2 {
+            return Err(GateError::Params(format!("DReLU needs at least 2 bits, got {}", self.bits)));
+        }
+        Ok(BitDpfParams::new(self.bits - 1)?)
+    }
+
+    /// Deal keys for input masks `r` and output bit masks `rout`.
+    ///
+    /// # Errors
+    /// [`GateError`] on mismatched lengths or a width below 2.
+    pub fn deal<R: CryptoRng + ?Sized>(
+        &self,
+        r: &[u64],
+        rout: &[u64],
+        rng: &mut R,
+    ) -> Result<(DreluKey, DreluKey), GateError> {
+        check_len("DReLU masks", self.len, r.len())?;
+        check_len("DReLU output masks", self.len, rout.len())?;
+        let (n, h) = (self.bits, mask(self.bits - 1));
+        let alphas: Vec<u64> = r.iter().map(|&r| r.wrapping_neg() & h).collect();
+        let (k0, k1) = bitdpf::keygen(self.cmp_params()?, &alphas, rng)?;
+        let corr: Vec<bool> = r
+            .iter()
+            .zip(rout)
+            .map(|(&r, &o)| ((r.wrapping_neg() >> (n - 1)) & 1 == 0) ^ (o & 1 == 1))
+            .collect();
+        let (c0, c1) = share_bits(rng, &corr);
+        Ok((
+            DreluKey { party: Party::P0, cmp: k0, corr: c0 },
+            DreluKey { party: Party::P1, cmp: k1, corr: c1 },
+        ))
+    }
+
+    /// This party's XOR share of the masked output bit (before opening).
+    ///
+    /// # Errors
+    /// [`GateError`] if the masked inputs do not fit the ring.
+    pub fn share(&self, party: Party, key: &DreluKey, xh: &[u64]) -> Result<Vec<bool>, GateError> {
+        let (n, h) = (self.bits, mask(self.bits - 1));
+        let ys: Vec<u64> = xh.iter().map(|&x| x.wrapping_neg().wrapping_sub(1) & h).collect();
+        let mut lt = vec![CmpShares::default(); self.len];
+        key.cmp.eval(&ys, &mut lt)?;
+        Ok((0..self.len)
+            .map(|i| {
+                let msb = party == Party::P1 && (xh[i] >> (n - 1)) & 1 == 1;
+                lt[i].lt.0 ^ key.corr[i] ^ msb
+            })
+            .collect())
+    }
+}
+
+impl Gate for Drelu {
+    type Key = DreluKey;
+
+    fn input_bits(&self) -> Vec<u32> {
+        vec![self.bits]
+    }
+
+    fn input_lens(&self) -> Vec<usize> {
+        vec![self.len]
+    }
+
+    fn output_bits(&self) -> u32 {
+        1
+    }
+
+    fn output_len(&self) -> usize {
+        self.len
+    }
+
+    fn key_shape(&self) -> Drelu {
+        *self
+    }
+
+    fn keygen<R: CryptoRng + ?Sized>(
+        &self,
+        masks_in: &[&[u64]],
+        mask_out: &[u64],
+        rng: &mut R,
+    ) -> Result<(DreluKey, DreluKey), GateError> {
+        check_inputs(masks_in, &self.input_lens())?;
+        self.deal(masks_in[0], mask_out, rng)
+    }
+
+    async fn eval(&self, ctx: &Ctx, key: &DreluKey, inputs: &[&[u64]]) -> Result<Vec<u64>, GateError> {
+        check_inputs(inputs, &self.input_lens())?;
+        check_party(ctx, key.party)?;
+        let s = self.share(ctx.party(), key, inputs[0])?;
+        Ok(ctx.open_bits(&s).await?.into_iter().map(u64::from).collect())
+    }
+
+    fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
+        inputs[0].iter().map(|&x| 1 - ((x >> (self.bits - 1)) & 1)).collect()
+    }
+}
+
+/// `ReLU(x) = max(x, 0)` for signed `x`: DReLU, then select (SIGMA). Two rounds. The sign
+/// is read from the low `cmp_bits` bits (the caller guarantees `x` fits them as a signed
+/// value); the select runs in the full ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Relu {
+    /// Ring width.
+    pub bits: u32,
+    /// Width of the sign test, `2 ≤ cmp_bits ≤ bits`.
+    pub cmp_bits: u32,
+    /// Elements.
+    pub len: usize,
+}
+
+/// A party's [`Relu`] key.
+#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+pub struct ReluKey {
+    #[zeroize(skip)]
+    party: Party,
+    drelu: DreluKey,
+    select: SelectKey,
+}
+key_debug!(ReluKey);
+
+impl GateKey for ReluKey {
+    type Shape = Relu;
+
+    fn party(&self) -> Party {
+        self.party
+    }
+
+    fn write(&self, w: &mut BitWriter) {
+        self.drelu.write(w);
+        self.select.write(w);
+    }
+
+    fn read(s: &Relu, party: Party, r: &mut BitReader<'_>) -> Result<ReluKey, DecodeError> {
+        let drelu = DreluKey::read(&s.drelu(), party, r)?;
+        let select = SelectKey::read(&s.select(), party, r)?;
+        Ok(ReluKey { party, drelu, select })
+    }
+}
+
+impl Relu {
+    /// A ReLU that tests the sign on all `bits` bits.
+    pub fn new(bits: u32, len: usize) -> Relu {
+        Relu { bits, cmp_bits: bits, len }
+    }
+
+    fn drelu(&self) -> Drelu {
+        Drelu { bits: self.cmp_bits, len: self.len }
+    }
+
+    fn low(&self, v: &[u64]) -> Vec<u64> {
+        v.iter().map(|&x| x & mask(self.cmp_bits)).collect()
+    }
+
+    fn select(&self) -> Select {
+        Select { bits: self.bits, len: self.len }
+    }
+
+    /// Deal keys for input masks `r` and output masks `rout`.
+    ///
+    /// # Errors
+    /// [`GateError`] on mismatched lengths.
+    pub fn deal<R: CryptoRng + ?Sized>(
+        &self,
+        r: &[u64],
+        rout: &[u64],
+        rng: &mut R,
+    ) -> Result<(ReluKey, ReluKey), GateError> {
+        if self.cmp_bits > self.bits {
+            return Err(GateError::Params("ReLU sign width above the ring width".into()));
+        }
+        let rd = random_words(rng, self.len, 1);
+        let (d0, d1) = self.drelu().deal(&self.low(r), &rd, rng)?;
+        let (s0, s1) = self.select().deal(&rd, r, rout, rng)?;
+        Ok((
+            ReluKey { party: Party::P0, drelu: d0, select: s0 },
+            ReluKey { party: Party::P1, drelu: d1, select: s1 },
+        ))
+    }
+
+    /// The masked DReLU bits (round 1) — shared with gates that also need the sign.
+    ///
+    /// # Errors
+    /// As [`Gate::eval`].
+    pub async fn sign(&self, ctx: &Ctx, key: &ReluKey, xh: &[u64]) -> Result<Vec<u64>, GateError> {
+        self.drelu().eval(ctx, &key.drelu, &[&self.low(xh)]).await
+    }
+
+    /// This party's share of `ReLU(x) + r_out` given the opened masked sign bits.
+    pub fn share(&self, party: Party, key: &ReluKey, sign: &[u64], xh: &[u64]) -> Vec<u64> {
+        self.select().share(party, &key.select, sign, xh)
+    }
+}
+
+impl Gate for Relu {
+    type Key = ReluKey;
+
+    fn input_bits(&self) -> Vec<u32> {
+        vec![self.bits]
+    }
+
+    fn input_lens(&self) -> Vec<usize> {
+        vec![self.len]
+    }
+
+    fn output_bits(&self) -> u32 {
+        self.bits
+    }
+
+    fn output_len(&self) -> usize {
+        self.len
+    }
+
+    fn key_shape(&self) -> Relu {
+        *self
+    }
+
+    fn keygen<R: CryptoRng + ?Sized>(
+        &self,
+        masks_in: &[&[u64]],
+        mask_out: &[u64],
+        rng: &mut R,
+    ) -> Result<(ReluKey, ReluKey), GateError> {
+        check_inputs(masks_in, &self.input_lens())?;
+        self.deal(masks_in[0], mask_out, rng)
+    }
+
+    async fn eval(&self, ctx: &Ctx, key: &ReluKey, inputs: &[&[u64]]) -> Result<Vec<u64>, GateError> {
+        check_inputs(inputs, &self.input_lens())?;
+        check_party(ctx, key.party)?;
+        let d = self.sign(ctx, key, inputs[0]).await?;
+        ctx.open(&self.share(ctx.party(), key, &d, inputs[0]), self.bits).await
+    }
+
+    fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
+        inputs[0].iter().map(|&x| if (x >> (self.cmp_bits - 1)) & 1 == 1 { 0 } else { x }).collect()
+    }
+}
+
+/// `1{lo ≤ x ≤ hi}` as a masked bit, for public bounds in unsigned `n`-bit order (add
+/// `2^{n−1}` to both the input offset and the bounds for signed order): one 1-bit DPF at the
+/// mask, read at two thresholds (§6.1 rule 1, §6.3). One round, one bit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Interval {
+    /// Ring width.
+    pub bits: u32,
+    /// Elements.
+    pub len: usize,
+    /// Lower bound (inclusive).
+    pub lo: u64,
+    /// Upper bound (inclusive), `lo ≤ hi < 2^bits`.
+    pub hi: u64,
+}
+
+/// A party's [`Interval`] key: the comparison key at the mask and a share of the output mask.
+#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+pub struct IntervalKey {
+    #[zeroize(skip)]
+    party: Party,
+    cmp: BitDpfKeys,
+    rout: Vec<bool>,
+}
+key_debug!(IntervalKey);
+
+impl GateKey for IntervalKey {
+    type Shape = Interval;
+
+    fn party(&self) -> Party {
+        self.party
+    }
+
+    fn write(&self, w: &mut BitWriter) {
+        self.cmp.write_material(w);
+        put_bits(w, &self.rout);
+    }
+
+    fn read(s: &Interval, party: Party, r: &mut BitReader<'_>) -> Result<IntervalKey, DecodeError> {
+        let params = BitDpfParams::new(s.bits).map_err(|_| DecodeError::InvalidField("interval width"))?;
+        let cmp = BitDpfKeys::read_material(params, party, s.len, r)?;
+        Ok(IntervalKey { party, cmp, rout: get_bits(r, s.len)? })
+    }
+}
+
+impl Interval {
+    fn check(&self) -> Result<(), GateError> {
+        if self.lo > self.hi || self.hi > mask(self.bits) {
+            return Err(GateError::Params(format!(
+                "bad interval [{}, {}] on {} bits",
+                self.lo, self.hi, self.bits
+            )));
+        }
+        Ok(())
+    }
+
+    /// This party's XOR share of the masked output bit.
+    ///
+    /// # Errors
+    /// [`GateError`] if the masked inputs do not fit the ring.
+    pub fn share(&self, party: Party, key: &IntervalKey, xh: &[u64]) -> Result<Vec<bool>, GateError> {
+        // 1{lo ≤ x ≤ hi} = 1{x < hi + 1} ⊕ 1{x < lo}; `x < 2^n` is always true.
+        let top = self.hi == mask(self.bits);
+        let thresholds = if top { vec![self.lo] } else { vec![self.lo, self.hi + 1] };
+        let mut lt = vec![XorBit::default(); self.len * thresholds.len()];
+        compare::less_than_public(&key.cmp, xh, &thresholds, &mut lt)?;
+        let t = thresholds.len();
+        Ok((0..self.len)
+            .map(|i| {
+                let upper = if top { party == Party::P0 } else { lt[i * t + 1].0 };
+                upper ^ lt[i * t].0 ^ key.rout[i]
+            })
+            .collect())
+    }
+}
+
+impl Gate for Interval {
+    type Key = IntervalKey;
+
+    fn input_bits(&self) -> Vec<u32> {
+        vec![self.bits]
+    }
+
+    fn input_lens(&self) -> Vec<usize> {
+        vec![self.len]
+    }
+
+    fn output_bits(&self) -> u32 {
+        1
+    }
+
+    fn output_len(&self) -> usize {
+        self.len
+    }
+
+    fn key_shape(&self) -> Interval {
+        *self
+    }
+
+    fn keygen<R: CryptoRng + ?Sized>(
+        &self,
+        masks_in: &[&[u64]],
+        mask_out: &[u64],
+        rng: &mut R,
+    ) -> Result<(IntervalKey, IntervalKey), GateError> {
+        self.check()?;
+        check_inputs(masks_in, &self.input_lens())?;
+        check_len("output mask", self.len, mask_out.len())?;
+        let (k0, k1) = bitdpf::keygen(BitDpfParams::new(self.bits)?, masks_in[0], rng)?;
+        let rout: Vec<bool> = mask_out.iter().map(|&b| b & 1 == 1).collect();
+        let (o0, o1) = share_bits(rng, &rout);
+        Ok((
+            IntervalKey { party: Party::P0, cmp: k0, rout: o0 },
+            IntervalKey { party: Party::P1, cmp: k1, rout: o1 },
+        ))
+    }
+
+    async fn eval(&self, ctx: &Ctx, key: &IntervalKey, inputs: &[&[u64]]) -> Result<Vec<u64>, GateError> {
+        self.check()?;
+        check_inputs(inputs, &self.input_lens())?;
+        check_party(ctx, key.party)?;
+        let s = self.share(ctx.party(), key, inputs[0])?;
+        Ok(ctx.open_bits(&s).await?.into_iter().map(u64::from).collect())
+    }
+
+    fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
+        inputs[0].iter().map(|&x| (self.lo <= x && x <= self.hi) as u64).collect()
+    }
+}
+
+/// The maximum of each row of a `rows × cols` matrix of signed values, by a tree of
+/// `max(a, b) = b + ReLU(a − b)` (SIGMA). `2⌈log2 cols⌉` rounds. Requires
+/// `|a| + |b| < 2^{n−1}` for every compared pair (the caller's slack).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowMax {
+    /// Ring width.
+    pub bits: u32,
+    /// Width of the comparisons (differences must fit it as signed values).
+    pub cmp_bits: u32,
+    /// Rows.
+    pub rows: usize,
+    /// Columns (at least 1).
+    pub cols: usize,
+}
+
+/// A party's [`RowMax`] key: one ReLU key per tree level.
+#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+pub struct RowMaxKey {
+    #[zeroize(skip)]
+    party: Party,
+    levels: Vec<ReluKey>,
+}
+key_debug!(RowMaxKey);
+
+impl GateKey for RowMaxKey {
+    type Shape = RowMax;
+
+    fn party(&self) -> Party {
+        self.party
+    }
+
+    fn write(&self, w: &mut BitWriter) {
+        for k in &self.levels {
+            k.write(w);
+        }
+    }
+
+    fn read(s: &RowMax, party: Party, r: &mut BitReader<'_>) -> Result<RowMaxKey, DecodeError> {
+        let levels = s
+            .level_widths()
+            .iter()
+            .map(|&p| ReluKey::read(&s.relu(p), party, r))
+            .collect::<Result<_, _>>()?;
+        Ok(RowMaxKey { party, levels })
+    }
+}
+
+impl RowMax {
+    /// Pairs compared per row at each level.
+    fn level_widths(&self) -> Vec<usize> {
+        let mut w = self.cols;
+        let mut out = vec![];
+        while w > 1 {
+            out.push(w / 2);
+            w = w.div_ceil(2);
+        }
+        out
+    }
+
+    fn relu(&self, pairs: usize) -> Relu {
+        Relu { bits: self.bits, cmp_bits: self.cmp_bits, len: self.rows * pairs }
+    }
+
+    /// One level's pairs: for each row, elements `2j` and `2j + 1` of the current width.
+    fn pairs(&self, v: &[u64], width: usize) -> (Vec<u64>, Vec<u64>) {
+        let mut a = Vec::with_capacity(self.rows * (width / 2));
+        let mut b = Vec::with_capacity(self.rows * (width / 2));
+        for row in v.chunks(width) {
+            for j in 0..width / 2 {
+                a.push(row[2 * j]);
+                b.push(row[2 * j + 1]);
+            }
+        }
+        (a, b)
+    }
+
+    /// Next level: row maxima of pairs, plus the unpaired last element of odd rows.
+    fn next(&self, v: &[u64], width: usize, pairmax: &[u64]) -> Vec<u64> {
+        let half = width / 2;
+        let mut out = Vec::with_capacity(self.rows * width.div_ceil(2));
+        for (row, m) in v.chunks(width).zip(pairmax.chunks(half.max(1))) {
+            out.extend_from_slice(&m[..half]);
+            if width % 2 == 1 {
+                out.push(row[width - 1]);
+            }
+        }
+        out
+    }
+}
+
+impl Gate for RowMax {
+    type Key = RowMaxKey;
+
+    fn input_bits(&self) -> Vec<u32> {
+        vec![self.bits]
+    }
+
+    fn input_lens(&self) -> Vec<usize> {
+        vec![self.rows * self.cols]
+    }
+
+    fn output_bits(&self) -> u32 {
+        self.bits
+    }
+
+    fn output_len(&self) -> usize {
+        self.rows
+    }
+
+    fn key_shape(&self) -> RowMax {
+        *self
+    }
+
+    fn keygen<R: CryptoRng + ?Sized>(
+        &self,
+        masks_in: &[&[u64]],
+        mask_out: &[u64],
+        rng: &mut R,
+    ) -> Result<(RowMaxKey, RowMaxKey), GateError> {
+        check_inputs(masks_in, &self.input_lens())?;
+        check_len("output mask", self.rows, mask_out.len())?;
+        if self.cols == 0 {
+            return Err(GateError::Params("row max of an empty row".into()));
+        }
+        let m = mask(self.bits);
+        let mut r = masks_in[0].to_vec();
+        let mut width = self.cols;
+        let (mut k0, mut k1) = (vec![], vec![]);
+        let widths = self.level_widths();
+        for (l, &pairs) in widths.iter().enumerate() {
+            let (ra, rb) = self.pairs(&r, width);
+            let diff: Vec<u64> = ra.iter().zip(&rb).map(|(&a, &b)| a.wrapping_sub(b) & m).collect();
+            // The last level's ReLU output mask is chosen so that b + ReLU lands on `mask_out`.
+            let relu_out = if l + 1 == widths.len() {
+                mask_out.iter().zip(&rb).map(|(&o, &b)| o.wrapping_sub(b) & m).collect()
+            } else {
+                random_words(rng, rb.len(), self.bits)
+            };
+            let (a0, a1) = self.relu(pairs).deal(&diff, &relu_out, rng)?;
+            k0.push(a0);
+            k1.push(a1);
+            let pairmax: Vec<u64> = rb.iter().zip(&relu_out).map(|(&b, &o)| b.wrapping_add(o) & m).collect();
+            r = self.next(&r, width, &pairmax);
+            width = width.div_ceil(2);
+        }
+        // The last level always compares one pair per row, so its output mask is `mask_out`;
+        // a single column has no level and keeps its input mask.
+        if r != mask_out {
+            return Err(GateError::Params("row max of one column: the output mask is the input mask".into()));
+        }
+        Ok((RowMaxKey { party: Party::P0, levels: k0 }, RowMaxKey { party: Party::P1, levels: k1 }))
+    }
+
+    async fn eval(&self, ctx: &Ctx, key: &RowMaxKey, inputs: &[&[u64]]) -> Result<Vec<u64>, GateError> {
+        check_inputs(inputs, &self.input_lens())?;
+        check_party(ctx, key.party)?;
+        let m = mask(self.bits);
+        let mut v = inputs[0].to_vec();
+        let mut width = self.cols;
+        for (pairs, k) in self.level_widths().into_iter().zip(&key.levels) {
+            let (a, b) = self.pairs(&v, width);
+            let diff: Vec<u64> = a.iter().zip(&b).map(|(&a, &b)| a.wrapping_sub(b) & m).collect();
+            let relu = self.relu(pairs).eval(ctx, k, &[&diff]).await?;
+            let pairmax: Vec<u64> = b.iter().zip(&relu).map(|(&b, &o)| b.wrapping_add(o) & m).collect();
+            v = self.next(&v, width, &pairmax);
+            width = width.div_ceil(2);
+        }
+        Ok(v)
+    }
+
+    fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
+        let ring = fss::Ring::new(self.bits).expect("valid width");
+        inputs[0]
+            .chunks(self.cols)
+            .map(|row| {
+                let max = row.iter().map(|&x| ring.to_signed(x)).max().expect("non-empty row");
+                ring.from_signed(max)
+            })
+            .collect()
+    }
+}

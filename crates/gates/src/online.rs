@@ -1,0 +1,359 @@
+//! The online phase, sans-IO.
+//!
+//! A party's protocol is an `async fn` over a [`Ctx`]: it computes shares locally and calls
+//! [`Ctx::open`] whenever the two servers must reconstruct masked values. Opening is the only
+//! interaction. The future never touches a socket: when it awaits an opening it stops, and
+//! the driver ([`Session`]) takes the outgoing message, gives it to whatever transport it
+//! has, and hands back the peer's message. `async` is used purely as a way to write
+//! multi-round protocols as straight-line code; no runtime is involved (the driver polls
+//! with a no-op waker).
+//!
+//! Openings registered before a protocol stops (for instance by sub-protocols run with
+//! [`join`]) go out together in one round. Both parties run the same program, so each knows
+//! the shape of the peer's message: a message of any other length is a [`GateError::PeerMessage`].
+//!
+//! Values are opened in `Z_{2^bits}` and bit-packed to their width on the wire.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use fss::Party;
+use fss::codec::{BitReader, BitWriter};
+use fss::ring::mask;
+
+use crate::error::GateError;
+
+/// Communication counted by one party (design.md §4 conventions).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Sequential message exchanges.
+    pub rounds: u64,
+    /// Bytes this party sent.
+    pub bytes_sent: u64,
+    /// Bytes this party received.
+    pub bytes_received: u64,
+}
+
+impl Stats {
+    /// Bytes sent plus received (the communication figure the papers report).
+    pub fn comm_bytes(&self) -> u64 {
+        self.bytes_sent + self.bytes_received
+    }
+}
+
+/// One party's online context: who it is, the openings of the current round and the
+/// communication so far.
+pub struct Ctx {
+    party: Party,
+    state: RefCell<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Openings registered since the last message: (id, this party's encoded shares).
+    registered: Vec<(u64, Vec<u8>)>,
+    /// Openings sent and awaiting the peer: (id, byte length).
+    in_flight: Vec<(u64, usize)>,
+    /// The peer's encoded shares per opening id, until its future takes them.
+    delivered: std::collections::BTreeMap<u64, Vec<u8>>,
+    next_id: u64,
+    stats: Stats,
+}
+
+impl std::fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ctx").field("party", &self.party).field("stats", &self.stats()).finish()
+    }
+}
+
+impl Ctx {
+    /// A fresh context for `party`.
+    pub fn new(party: Party) -> Ctx {
+        Ctx { party, state: RefCell::default() }
+    }
+
+    /// This party.
+    pub fn party(&self) -> Party {
+        self.party
+    }
+
+    /// Communication so far.
+    pub fn stats(&self) -> Stats {
+        self.state.borrow().stats
+    }
+
+    /// Reconstruct values from additive shares in `Z_{2^bits}`: send this party's shares, add
+    /// the peer's. One round (shared with every other opening registered before the protocol
+    /// stops).
+    ///
+    /// # Errors
+    /// [`GateError::PeerMessage`] if the peer's message does not have the expected size.
+    pub async fn open(&self, shares: &[u64], bits: u32) -> Result<Vec<u64>, GateError> {
+        let mut v = self.open_many(&[(shares, bits)]).await?;
+        Ok(v.pop().expect("one part"))
+    }
+
+    /// Open XOR-shared bits (additive shares in `Z_2`).
+    ///
+    /// # Errors
+    /// As [`Ctx::open`].
+    pub async fn open_bits(&self, shares: &[bool]) -> Result<Vec<bool>, GateError> {
+        let words: Vec<u64> = shares.iter().map(|&b| b as u64).collect();
+        Ok(self.open(&words, 1).await?.into_iter().map(|b| b == 1).collect())
+    }
+
+    /// Open several vectors, each in its own ring, in one message.
+    ///
+    /// # Errors
+    /// As [`Ctx::open`].
+    pub async fn open_many(&self, parts: &[(&[u64], u32)]) -> Result<Vec<Vec<u64>>, GateError> {
+        let id = {
+            let mut st = self.state.borrow_mut();
+            let id = st.next_id;
+            st.next_id += 1;
+            st.registered.push((id, encode(parts)));
+            id
+        };
+        let peer = Delivery { ctx: self, id }.await;
+        let expected = parts.iter().map(|(v, b)| packed_len(v.len(), *b)).sum::<usize>();
+        if peer.len() != expected {
+            let round = self.stats().rounds;
+            return Err(GateError::PeerMessage { round, expected, actual: peer.len() });
+        }
+        let mut r = BitReader::new(&peer);
+        let mut out = Vec::with_capacity(parts.len());
+        for (mine, bits) in parts {
+            let m = mask(*bits);
+            let mut v = Vec::with_capacity(mine.len());
+            for &x in mine.iter() {
+                let theirs = r.get(*bits).map_err(|_| GateError::Desync("peer message too short"))?;
+                v.push(x.wrapping_add(theirs) & m);
+            }
+            // Each part is padded to a byte.
+            let pad = (8 - (mine.len() as u64 * *bits as u64) % 8) % 8;
+            r.get(pad as u32).map_err(|_| GateError::Desync("peer message too short"))?;
+            out.push(v);
+        }
+        Ok(out)
+    }
+
+    /// The round's message: every opening registered since the last one.
+    fn take_message(&self) -> Option<Vec<u8>> {
+        let mut st = self.state.borrow_mut();
+        if st.registered.is_empty() {
+            return None;
+        }
+        let registered = std::mem::take(&mut st.registered);
+        st.in_flight = registered.iter().map(|(id, b)| (*id, b.len())).collect();
+        let msg: Vec<u8> = registered.into_iter().flat_map(|(_, b)| b).collect();
+        st.stats.rounds += 1;
+        st.stats.bytes_sent += msg.len() as u64;
+        Some(msg)
+    }
+
+    /// Split the peer's round message by this party's own opening sizes.
+    fn deliver(&self, peer: &[u8]) -> Result<(), GateError> {
+        let mut st = self.state.borrow_mut();
+        st.stats.bytes_received += peer.len() as u64;
+        let expected: usize = st.in_flight.iter().map(|(_, len)| len).sum();
+        if peer.len() != expected {
+            let round = st.stats.rounds;
+            return Err(GateError::PeerMessage { round, expected, actual: peer.len() });
+        }
+        let mut at = 0;
+        for (id, len) in std::mem::take(&mut st.in_flight) {
+            st.delivered.insert(id, peer[at..at + len].to_vec());
+            at += len;
+        }
+        Ok(())
+    }
+}
+
+/// Bytes of `count` values of `bits` bits, byte-padded.
+pub fn packed_len(count: usize, bits: u32) -> usize {
+    (count as u64 * bits as u64).div_ceil(8) as usize
+}
+
+fn encode(parts: &[(&[u64], u32)]) -> Vec<u8> {
+    let mut all = Vec::new();
+    for (v, bits) in parts {
+        let mut w = BitWriter::new();
+        for &x in v.iter() {
+            w.put(x, *bits);
+        }
+        all.extend(w.finish());
+    }
+    all
+}
+
+/// Waits until the driver has delivered the peer's shares for one opening.
+struct Delivery<'a> {
+    ctx: &'a Ctx,
+    id: u64,
+}
+
+impl Future for Delivery<'_> {
+    type Output = Vec<u8>;
+
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Vec<u8>> {
+        match self.ctx.state.borrow_mut().delivered.remove(&self.id) {
+            Some(bytes) => Poll::Ready(bytes),
+            None => Poll::Pending,
+        }
+    }
+}
+
+/// Run two sub-protocols concurrently: their openings share rounds.
+pub async fn join<A, B>(a: impl Future<Output = A>, b: impl Future<Output = B>) -> (A, B) {
+    Join { a: MaybeDone::Pending(Box::pin(a)), b: MaybeDone::Pending(Box::pin(b)) }.await
+}
+
+enum MaybeDone<'a, T> {
+    Pending(Pin<Box<dyn Future<Output = T> + 'a>>),
+    Done(Option<T>),
+}
+
+impl<T> MaybeDone<'_, T> {
+    fn poll(&mut self, cx: &mut Context<'_>) -> bool {
+        if let MaybeDone::Pending(f) = self {
+            match f.as_mut().poll(cx) {
+                Poll::Ready(v) => *self = MaybeDone::Done(Some(v)),
+                Poll::Pending => return false,
+            }
+        }
+        true
+    }
+
+    fn take(&mut self) -> T {
+        match self {
+            MaybeDone::Done(v) => v.take().expect("taken once"),
+            MaybeDone::Pending(_) => unreachable!("polled to completion first"),
+        }
+    }
+}
+
+struct Join<'a, A, B> {
+    a: MaybeDone<'a, A>,
+    b: MaybeDone<'a, B>,
+}
+
+// The sub-futures are boxed and the outputs are never pinned, so moving a `Join` is fine.
+impl<A, B> Unpin for Join<'_, A, B> {}
+
+impl<A, B> Future for Join<'_, A, B> {
+    type Output = (A, B);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<(A, B)> {
+        let this = self.get_mut();
+        let a = this.a.poll(cx);
+        let b = this.b.poll(cx);
+        if a && b { Poll::Ready((this.a.take(), this.b.take())) } else { Poll::Pending }
+    }
+}
+
+/// What a party's protocol needs next.
+#[derive(Debug)]
+pub enum Progress<T> {
+    /// Send these bytes to the peer, then [`Session::deliver`] the peer's bytes.
+    Send(Vec<u8>),
+    /// The protocol finished.
+    Done(Result<T, GateError>),
+}
+
+/// Drives one party's protocol future: the sans-IO boundary between protocol and transport.
+pub struct Session<'a, T> {
+    ctx: &'a Ctx,
+    fut: Pin<Box<dyn Future<Output = Result<T, GateError>> + 'a>>,
+}
+
+impl<'a, T> Session<'a, T> {
+    /// A session running `fut`, which must use `ctx` for its openings.
+    pub fn new(ctx: &'a Ctx, fut: impl Future<Output = Result<T, GateError>> + 'a) -> Session<'a, T> {
+        Session { ctx, fut: Box::pin(fut) }
+    }
+
+    /// Run the protocol until it finishes or needs the peer.
+    pub fn advance(&mut self) -> Progress<T> {
+        let mut cx = Context::from_waker(Waker::noop());
+        match self.fut.as_mut().poll(&mut cx) {
+            Poll::Ready(r) => Progress::Done(r),
+            Poll::Pending => match self.ctx.take_message() {
+                Some(msg) => Progress::Send(msg),
+                None => Progress::Done(Err(GateError::Desync("protocol waits without opening anything"))),
+            },
+        }
+    }
+
+    /// Hand over the peer's message for the round [`Session::advance`] asked to send.
+    ///
+    /// # Errors
+    /// [`GateError::PeerMessage`] if its size is not the expected one.
+    pub fn deliver(&mut self, peer: &[u8]) -> Result<(), GateError> {
+        self.ctx.deliver(peer)
+    }
+}
+
+/// Run both parties' protocols to completion in memory, exchanging each round's messages.
+///
+/// # Errors
+/// The first error of either protocol, or [`GateError::Desync`] if one finishes while the
+/// other still wants to exchange.
+pub fn run_pair<'a, T>(mut p0: Session<'a, T>, mut p1: Session<'a, T>) -> Result<(T, T), GateError> {
+    loop {
+        match (p0.advance(), p1.advance()) {
+            (Progress::Send(m0), Progress::Send(m1)) => {
+                p0.deliver(&m1)?;
+                p1.deliver(&m0)?;
+            }
+            (Progress::Done(r0), Progress::Done(r1)) => return Ok((r0?, r1?)),
+            (Progress::Done(Err(e)), _) | (_, Progress::Done(Err(e))) => return Err(e),
+            _ => return Err(GateError::Desync("one party finished while the other exchanges")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn two_rounds(ctx: &Ctx, a: u64, b: u64) -> Result<(u64, u64), GateError> {
+        let x = ctx.open(&[a], 8).await?[0];
+        let (y, z) = join(ctx.open(&[b], 3), ctx.open(&[a ^ b, b], 50)).await;
+        Ok((x, y?[0] + z?[1]))
+    }
+
+    #[test]
+    fn openings_reconstruct_and_joined_openings_share_a_round() {
+        let (c0, c1) = (Ctx::new(Party::P0), Ctx::new(Party::P1));
+        let s0 = Session::new(&c0, two_rounds(&c0, 200, 5));
+        let s1 = Session::new(&c1, two_rounds(&c1, 100, 6));
+        let (r0, r1) = run_pair(s0, s1).unwrap();
+        assert_eq!(r0, r1);
+        assert_eq!(r0, (300 % 256, (11 % 8) + 11));
+        let st = c0.stats();
+        assert_eq!(st.rounds, 2);
+        // Round 1: one byte. Round 2: 3 bits (1 byte) + 2 × 50 bits (13 bytes).
+        assert_eq!(st.bytes_sent, 1 + 1 + 13);
+        assert_eq!(st.comm_bytes(), 2 * 15);
+    }
+
+    #[test]
+    fn a_desynchronised_peer_is_an_error() {
+        async fn short(ctx: &Ctx) -> Result<(), GateError> {
+            ctx.open(&[1], 8).await?;
+            Ok(())
+        }
+        async fn long(ctx: &Ctx) -> Result<(), GateError> {
+            ctx.open(&[1, 2], 8).await?;
+            Ok(())
+        }
+        let (c0, c1) = (Ctx::new(Party::P0), Ctx::new(Party::P1));
+        let r = run_pair(Session::new(&c0, short(&c0)), Session::new(&c1, long(&c1)));
+        assert!(matches!(r, Err(GateError::PeerMessage { .. })));
+        let (c0, c1) = (Ctx::new(Party::P0), Ctx::new(Party::P1));
+        let r = run_pair(Session::new(&c0, short(&c0)), Session::new(&c1, async { Ok(()) }));
+        assert!(matches!(r, Err(GateError::Desync(_))));
+    }
+}

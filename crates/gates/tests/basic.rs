@@ -1,0 +1,102 @@
+//! Products, select and B2A: exhaustive at small widths under edge masks, random at the real
+//! widths; secure output equals the reference bit for bit.
+
+mod common;
+
+use common::{check, edge_masks, rng, words};
+use fss::ring::mask;
+use gates::Gate;
+use gates::arith::{MatMul, Mul, Square};
+use gates::select::{B2A, Select};
+
+#[test]
+fn mul_and_square_exhaustive_small() {
+    let mut r = rng(1);
+    let bits = 5;
+    let n = 1u64 << bits;
+    let em = edge_masks(bits, &mut r);
+    let (mut x, mut y, mut rx, mut ry) = (vec![], vec![], vec![], vec![]);
+    for a in 0..n {
+        for b in 0..n {
+            for (i, &m1) in em.iter().enumerate() {
+                x.push(a);
+                y.push(b);
+                rx.push(m1);
+                ry.push(em[(i * 3 + a as usize) % em.len()]);
+            }
+        }
+    }
+    let len = x.len();
+    let out = words(&mut r, len, bits);
+    let rep = check(&Mul { bits, len }, &[x.clone(), y], &[rx.clone(), ry], &out, &mut r);
+    assert_eq!(rep.stats[0].rounds, 1);
+    check(&Square { bits, len }, &[x], &[rx], &out, &mut r);
+}
+
+#[test]
+fn mul_square_matmul_full_width() {
+    let mut r = rng(2);
+    for bits in [37, 50, 64] {
+        let len = 1000;
+        let (x, y) = (words(&mut r, len, bits), words(&mut r, len, bits));
+        let (rx, ry, out) = (words(&mut r, len, bits), words(&mut r, len, bits), words(&mut r, len, bits));
+        let rep = check(&Mul { bits, len }, &[x.clone(), y], &[rx.clone(), ry], &out, &mut r);
+        // 3 words per element, and one opening of `bits` bits each way.
+        assert_eq!(rep.key_bits[0], 3 * len as u64 * bits as u64);
+        assert_eq!(rep.stats[0].bytes_sent, (len as u64 * bits as u64).div_ceil(8));
+        check(&Square { bits, len }, &[x], &[rx], &out, &mut r);
+        let g = MatMul { bits, m: 7, k: 33, n: 5 };
+        let a = words(&mut r, 7 * 33, bits);
+        let b = words(&mut r, 33 * 5, bits);
+        let (ra, rb, rc) =
+            (words(&mut r, 7 * 33, bits), words(&mut r, 33 * 5, bits), words(&mut r, 35, bits));
+        let rep = check(&g, &[a, b], &[ra, rb], &rc, &mut r);
+        assert_eq!(rep.stats[1].rounds, 1);
+    }
+}
+
+#[test]
+fn select_and_b2a_exhaustive_small() {
+    let mut r = rng(3);
+    let bits = 6;
+    let em = edge_masks(bits, &mut r);
+    let (mut b, mut y, mut rb, mut ry) = (vec![], vec![], vec![], vec![]);
+    for bit in 0..2u64 {
+        for v in 0..1u64 << bits {
+            for &m in &em {
+                for mb in 0..2u64 {
+                    b.push(bit);
+                    y.push(v);
+                    rb.push(mb);
+                    ry.push(m);
+                }
+            }
+        }
+    }
+    let len = b.len();
+    let out = words(&mut r, len, bits);
+    let rep = check(&Select { bits, len }, &[b.clone(), y], &[rb.clone(), ry], &out, &mut r);
+    assert_eq!(rep.key_bits[0], 4 * len as u64 * bits as u64);
+    let rep = check(&B2A { bits, len }, &[b], &[rb], &out, &mut r);
+    assert_eq!(rep.stats[0].rounds, 1);
+}
+
+#[test]
+fn keys_of_the_wrong_party_or_shape_are_rejected() {
+    let mut r = rng(4);
+    let g = Mul { bits: 16, len: 4 };
+    let m = words(&mut r, 4, 16);
+    let (k0, _) = g.keygen(&[&m, &m], &m, &mut r).unwrap();
+    let c1 = gates::Ctx::new(fss::Party::P1);
+    let ins: [&[u64]; 2] = [&m, &m];
+    let fut = g.eval(&c1, &k0, &ins);
+    let res = gates::run_pair(gates::Session::new(&c1, fut), gates::Session::new(&c1, async { Ok(vec![]) }));
+    assert!(matches!(res, Err(gates::GateError::KeyMismatch(_))));
+    assert!(g.keygen(&[&m], &m, &mut r).is_err());
+    assert!(g.keygen(&[&m, &m[..3]], &m, &mut r).is_err());
+    // Truncated key material is a decode error.
+    use gates::GateKey;
+    let bytes = k0.to_bytes();
+    assert!(gates::arith::MulKey::from_bytes(&g, fss::Party::P0, &bytes[..bytes.len() - 1]).is_err());
+    let _ = mask(3);
+}

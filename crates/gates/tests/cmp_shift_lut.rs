@@ -1,0 +1,199 @@
+//! Comparisons, shifts and lookups: exhaustive over every input at small widths under edge
+//! masks (including widths where the comparison key is a truth table and where it is a
+//! tree), random at n = 37 and 50; secure == reference bit for bit, and the round counts.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{check, edge_masks, rng, words};
+use fss::ring::mask;
+use fss::rng::{DealerRng, Rng};
+use gates::cmp::{Drelu, Interval, Relu, RowMax};
+use gates::lut::Lut;
+use gates::shift::{ArsSlack, Extend, ShiftExact, TruncReduce};
+
+/// Every input of `bits` bits under every edge mask: (inputs, masks).
+fn all_inputs(bits: u32, r: &mut DealerRng) -> (Vec<u64>, Vec<u64>) {
+    let em = edge_masks(bits, r);
+    let (mut x, mut m) = (vec![], vec![]);
+    for v in 0..1u64 << bits {
+        for &mm in &em {
+            x.push(v);
+            m.push(mm);
+        }
+    }
+    (x, m)
+}
+
+/// Inputs in the signed range |x| < 2^{bits−2} (the slack of SIGMA's truncation).
+fn slack_inputs(bits: u32, r: &mut DealerRng) -> (Vec<u64>, Vec<u64>) {
+    let (x, m) = all_inputs(bits, r);
+    let q = 1i64 << (bits - 2);
+    let ring = fss::Ring::new(bits).unwrap();
+    x.into_iter().zip(m).filter(|(x, _)| (-q..q).contains(&ring.to_signed(*x))).unzip()
+}
+
+#[test]
+fn drelu_relu_exhaustive_small() {
+    let mut r = rng(10);
+    for bits in [2, 7, 8, 9, 12] {
+        let (x, m) = all_inputs(bits, &mut r);
+        let len = x.len();
+        let out = words(&mut r, len, 1);
+        let rep = check(&Drelu { bits, len }, &[x.clone()], &[m.clone()], &out, &mut r);
+        assert_eq!((rep.stats[0].rounds, rep.stats[0].bytes_sent), (1, (len as u64).div_ceil(8)));
+        let out = words(&mut r, len, bits);
+        let rep = check(&Relu::new(bits, len), &[x], &[m], &out, &mut r);
+        assert_eq!(rep.stats[0].rounds, 2);
+    }
+}
+
+#[test]
+fn interval_exhaustive_small() {
+    let mut r = rng(11);
+    for bits in [5, 9] {
+        let n = mask(bits);
+        let (x, m) = all_inputs(bits, &mut r);
+        let len = x.len();
+        for (lo, hi) in [(0, 0), (0, n), (3, 17), (n / 2, n), (n - 1, n), (1, n - 1)] {
+            let out = words(&mut r, len, 1);
+            let rep = check(&Interval { bits, len, lo, hi }, &[x.clone()], &[m.clone()], &out, &mut r);
+            assert_eq!(rep.stats[1].rounds, 1);
+        }
+    }
+}
+
+#[test]
+fn row_max_small_and_wide() {
+    let mut r = rng(12);
+    let bits = 12;
+    let ring = fss::Ring::new(bits).unwrap();
+    for cols in 2..=9 {
+        let rows = 40;
+        let x: Vec<u64> =
+            (0..rows * cols).map(|_| ring.from_signed((r.next_u64() % 1000) as i64 - 500)).collect();
+        let m = words(&mut r, x.len(), bits);
+        let out = words(&mut r, rows, bits);
+        let rep =
+            check(&RowMax { bits, cmp_bits: bits, rows, cols }, &[x.clone()], &[m.clone()], &out, &mut r);
+        check(
+            &RowMax { bits: 40, cmp_bits: 12, rows, cols },
+            &[x40(&x, bits)],
+            &[words(&mut r, x.len(), 40)],
+            &out40(&mut r, rows),
+            &mut r,
+        );
+        let levels = (cols as f64).log2().ceil() as u64;
+        assert_eq!(rep.stats[0].rounds, 2 * levels, "cols {cols}");
+    }
+}
+
+#[test]
+fn shifts_exhaustive_small() {
+    let mut r = rng(13);
+    let bits = 8;
+    let (x, m) = all_inputs(bits, &mut r);
+    let len = x.len();
+    for shift in 1..bits {
+        let out = words(&mut r, len, bits - shift);
+        let rep = check(&TruncReduce { bits, shift, len }, &[x.clone()], &[m.clone()], &out, &mut r);
+        assert_eq!(rep.stats[0].rounds, 2);
+        for signed in [true, false] {
+            let out = words(&mut r, len, bits);
+            let g = ShiftExact { bits, shift, signed, len };
+            let rep = check(&g, &[x.clone()], &[m.clone()], &out, &mut r);
+            assert_eq!(rep.stats[0].rounds, 4);
+        }
+    }
+    let (xs, ms) = slack_inputs(bits, &mut r);
+    for shift in 1..=bits - 2 {
+        for out_bits in [bits - shift, bits, 11] {
+            let out = words(&mut r, xs.len(), out_bits);
+            let g = ArsSlack { bits, shift, out_bits, len: xs.len() };
+            let rep = check(&g, &[xs.clone()], &[ms.clone()], &out, &mut r);
+            assert_eq!(rep.stats[0].rounds, 2);
+        }
+    }
+    for signed in [true, false] {
+        for (b, ob) in [(6, 9), (8, 8), (9, 20)] {
+            let (x, m) = all_inputs(b, &mut r);
+            let out = words(&mut r, x.len(), ob);
+            check(&Extend { bits: b, out_bits: ob, signed, len: x.len() }, &[x], &[m], &out, &mut r);
+        }
+    }
+}
+
+#[test]
+fn lut_exhaustive_small() {
+    let mut r = rng(14);
+    for (in_bits, out_bits) in [(3, 8), (5, 20), (7, 13), (8, 50), (10, 37)] {
+        let table: Arc<[u64]> = words(&mut r, 1 << in_bits, out_bits).into();
+        let (x, m) = all_inputs(in_bits, &mut r);
+        let len = x.len();
+        let out = words(&mut r, len, out_bits);
+        let g = Lut::new(in_bits, out_bits, len, table).unwrap();
+        let rep = check(&g, &[x], &[m], &out, &mut r);
+        assert_eq!(rep.stats[0].rounds, 2);
+        let bits_sent = len as u64 * (1 + 2 * out_bits as u64);
+        assert!(rep.stats[0].bytes_sent <= bits_sent.div_ceil(8) + 2);
+    }
+    assert!(Lut::new(4, 8, 1, vec![0u64; 15].into()).is_err());
+    assert!(Lut::new(4, 8, 1, vec![256u64; 16].into()).is_err());
+}
+
+#[test]
+fn full_width_random() {
+    let mut r = rng(15);
+    for bits in [37u32, 50] {
+        let len = 2000;
+        let ring = fss::Ring::new(bits).unwrap();
+        let mut x = words(&mut r, len, bits);
+        let mut m = words(&mut r, len, bits);
+        // Edge inputs and masks: values next to N − r, 0, ±1, ±N/2.
+        for (i, mm) in edge_masks(bits, &mut r).into_iter().enumerate() {
+            m[i] = mm;
+            x[i] = mask(bits).wrapping_sub(mm).wrapping_add(1) & mask(bits);
+            m[100 + i] = mm;
+            x[100 + i] = [0, 1, mask(bits), 1 << (bits - 1), (1 << (bits - 1)) - 1, 2, 3, 4][i];
+        }
+        let o1 = words(&mut r, len, 1);
+        let on = words(&mut r, len, bits);
+        check(&Drelu { bits, len }, &[x.clone()], &[m.clone()], &o1, &mut r);
+        check(&Relu::new(bits, len), &[x.clone()], &[m.clone()], &on, &mut r);
+        check(&Relu { bits, cmp_bits: bits - 12, len }, &[xs_small(&x, bits)], &[m.clone()], &on, &mut r);
+        let g = Interval { bits, len, lo: 1 << 20, hi: 1 << (bits - 2) };
+        check(&g, &[x.clone()], &[m.clone()], &o1, &mut r);
+        let shift = 12;
+        let ot = words(&mut r, len, bits - shift);
+        check(&TruncReduce { bits, shift, len }, &[x.clone()], &[m.clone()], &ot, &mut r);
+        for signed in [true, false] {
+            check(&ShiftExact { bits, shift, signed, len }, &[x.clone()], &[m.clone()], &on, &mut r);
+        }
+        let q = 1u64 << (bits - 3);
+        let xs: Vec<u64> = x.iter().map(|&v| ring.from_signed((v % q) as i64 - (q / 2) as i64)).collect();
+        check(&ArsSlack { bits, shift, out_bits: bits, len }, &[xs], &[m.clone()], &on, &mut r);
+        let ext = Extend { bits: bits - shift, out_bits: bits, signed: true, len };
+        let xe: Vec<u64> = x.iter().map(|&v| v & mask(bits - shift)).collect();
+        let me: Vec<u64> = m.iter().map(|&v| v & mask(bits - shift)).collect();
+        check(&ext, &[xe], &[me], &on, &mut r);
+        let _ = ring;
+    }
+}
+
+/// Values that fit `bits − 12` bits as signed numbers, in the `bits`-bit ring.
+fn xs_small(x: &[u64], bits: u32) -> Vec<u64> {
+    let ring = fss::Ring::new(bits).unwrap();
+    let q = 1u64 << (bits - 14);
+    x.iter().map(|&v| ring.from_signed((v % (2 * q)) as i64 - q as i64)).collect()
+}
+
+/// 12-bit signed values re-embedded in the 40-bit ring.
+fn x40(x: &[u64], bits: u32) -> Vec<u64> {
+    let (from, to) = (fss::Ring::new(bits).unwrap(), fss::Ring::new(40).unwrap());
+    x.iter().map(|&v| to.from_signed(from.to_signed(v))).collect()
+}
+
+fn out40(r: &mut DealerRng, rows: usize) -> Vec<u64> {
+    words(r, rows, 40)
+}
