@@ -425,32 +425,32 @@ impl Gate for Interval {
     }
 }
 
-/// The maximum of each row of a `rows × cols` matrix of signed values, by a tree of
-/// `max(a, b) = b + ReLU(a − b)` (SIGMA). `2⌈log2 cols⌉` rounds. Requires
-/// `|a| + |b| < 2^{n−1}` for every compared pair (the caller's slack).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RowMax {
+/// The maxima of rows of different lengths (flattened row after row), by a tournament of
+/// `max(a, b) = b + ReLU(a − b)` (SIGMA's `SlothMaxpool`; its triangular variant for causal
+/// rows). Each level pairs entries `2j, 2j + 1` of every row still longer than one; an odd
+/// last entry waits for the next level. `2⌈log2 longest⌉` rounds. Requires every compared
+/// difference to fit `cmp_bits` bits as a signed value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MaxTree {
     /// Ring width.
     pub bits: u32,
-    /// Width of the comparisons (differences must fit it as signed values).
+    /// Width of the comparisons.
     pub cmp_bits: u32,
-    /// Rows.
-    pub rows: usize,
-    /// Columns (at least 1).
-    pub cols: usize,
+    /// Length of every row (each at least 1).
+    pub row_lens: Vec<usize>,
 }
 
-/// A party's [`RowMax`] key: one ReLU key per tree level.
+/// A party's [`MaxTree`] key: one ReLU key per level.
 #[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
-pub struct RowMaxKey {
+pub struct MaxTreeKey {
     #[zeroize(skip)]
     party: Party,
     levels: Vec<ReluKey>,
 }
-key_debug!(RowMaxKey);
+key_debug!(MaxTreeKey);
 
-impl GateKey for RowMaxKey {
-    type Shape = RowMax;
+impl GateKey for MaxTreeKey {
+    type Shape = MaxTree;
 
     fn party(&self) -> Party {
         self.party
@@ -462,61 +462,158 @@ impl GateKey for RowMaxKey {
         }
     }
 
-    fn read(s: &RowMax, party: Party, r: &mut BitReader<'_>) -> Result<RowMaxKey, DecodeError> {
-        let levels = s
-            .level_widths()
-            .iter()
-            .map(|&p| ReluKey::read(&s.relu(p), party, r))
-            .collect::<Result<_, _>>()?;
-        Ok(RowMaxKey { party, levels })
+    fn read(s: &MaxTree, party: Party, r: &mut BitReader<'_>) -> Result<MaxTreeKey, DecodeError> {
+        let levels =
+            s.levels().into_iter().map(|w| ReluKey::read(&s.relu(&w), party, r)).collect::<Result<_, _>>()?;
+        Ok(MaxTreeKey { party, levels })
     }
 }
 
-impl RowMax {
-    /// Pairs compared per row at each level.
-    fn level_widths(&self) -> Vec<usize> {
-        let mut w = self.cols;
+impl MaxTree {
+    /// The row widths at the start of every level.
+    fn levels(&self) -> Vec<Vec<usize>> {
+        let mut w = self.row_lens.clone();
         let mut out = vec![];
-        while w > 1 {
-            out.push(w / 2);
-            w = w.div_ceil(2);
+        while w.iter().any(|&x| x > 1) {
+            out.push(w.clone());
+            w = w.iter().map(|&x| x.div_ceil(2)).collect();
         }
         out
     }
 
-    fn relu(&self, pairs: usize) -> Relu {
-        Relu { bits: self.bits, cmp_bits: self.cmp_bits, len: self.rows * pairs }
+    fn relu(&self, widths: &[usize]) -> Relu {
+        Relu { bits: self.bits, cmp_bits: self.cmp_bits, len: widths.iter().map(|w| w / 2).sum() }
     }
 
-    /// One level's pairs: for each row, elements `2j` and `2j + 1` of the current width.
-    fn pairs(&self, v: &[u64], width: usize) -> (Vec<u64>, Vec<u64>) {
-        let mut a = Vec::with_capacity(self.rows * (width / 2));
-        let mut b = Vec::with_capacity(self.rows * (width / 2));
-        for row in v.chunks(width) {
-            for j in 0..width / 2 {
-                a.push(row[2 * j]);
-                b.push(row[2 * j + 1]);
+    /// A level's pairs `(a, b)`, row after row.
+    fn pairs(widths: &[usize], v: &[u64]) -> (Vec<u64>, Vec<u64>) {
+        let (mut a, mut b, mut at) = (vec![], vec![], 0);
+        for &w in widths {
+            for j in 0..w / 2 {
+                a.push(v[at + 2 * j]);
+                b.push(v[at + 2 * j + 1]);
             }
+            at += w;
         }
         (a, b)
     }
 
-    /// Next level: row maxima of pairs, plus the unpaired last element of odd rows.
-    fn next(&self, v: &[u64], width: usize, pairmax: &[u64]) -> Vec<u64> {
-        let half = width / 2;
-        let mut out = Vec::with_capacity(self.rows * width.div_ceil(2));
-        for (row, m) in v.chunks(width).zip(pairmax.chunks(half.max(1))) {
-            out.extend_from_slice(&m[..half]);
-            if width % 2 == 1 {
-                out.push(row[width - 1]);
+    /// The next level: each row's pair maxima, then its unpaired last entry.
+    fn next(widths: &[usize], v: &[u64], pairmax: &[u64]) -> Vec<u64> {
+        let (mut out, mut at, mut p) = (vec![], 0, 0);
+        for &w in widths {
+            out.extend_from_slice(&pairmax[p..p + w / 2]);
+            if w % 2 == 1 {
+                out.push(v[at + w - 1]);
             }
+            at += w;
+            p += w / 2;
         }
         out
+    }
+
+    /// Deal keys for input masks `r`; a row's final mask is `target[row]` when given (rows of
+    /// one entry keep their input mask), else random. Returns the keys and the output masks.
+    ///
+    /// # Errors
+    /// [`GateError`] on bad lengths, an empty row, or a target for a one-entry row that
+    /// differs from its input mask.
+    pub fn deal<R: CryptoRng + ?Sized>(
+        &self,
+        r: &[u64],
+        target: Option<&[u64]>,
+        rng: &mut R,
+    ) -> Result<(MaxTreeKey, MaxTreeKey, Vec<u64>), GateError> {
+        check_len("max tree masks", self.row_lens.iter().sum(), r.len())?;
+        if self.row_lens.contains(&0) {
+            return Err(GateError::Params("max of an empty row".into()));
+        }
+        let m = mask(self.bits);
+        let mut r = r.to_vec();
+        let (mut k0, mut k1) = (vec![], vec![]);
+        for widths in self.levels() {
+            let (ra, rb) = Self::pairs(&widths, &r);
+            let diff: Vec<u64> = ra.iter().zip(&rb).map(|(&a, &b)| a.wrapping_sub(b) & m).collect();
+            // A row whose width is 2 finishes here: aim its ReLU mask at the row's target.
+            let mut out = random_words(rng, rb.len(), self.bits);
+            if let Some(t) = target {
+                let mut p = 0;
+                for (row, &w) in widths.iter().enumerate() {
+                    if w == 2 {
+                        out[p] = t[row].wrapping_sub(rb[p]) & m;
+                    }
+                    p += w / 2;
+                }
+            }
+            let (a0, a1) = self.relu(&widths).deal(&diff, &out, rng)?;
+            k0.push(a0);
+            k1.push(a1);
+            let pairmax: Vec<u64> = rb.iter().zip(&out).map(|(&b, &o)| b.wrapping_add(o) & m).collect();
+            r = Self::next(&widths, &r, &pairmax);
+        }
+        if let Some(t) = target {
+            if r != t {
+                return Err(GateError::Params("max of a one-entry row keeps its input mask".into()));
+            }
+        }
+        Ok((MaxTreeKey { party: Party::P0, levels: k0 }, MaxTreeKey { party: Party::P1, levels: k1 }, r))
+    }
+
+    /// The masked row maxima.
+    ///
+    /// # Errors
+    /// As [`Gate::eval`].
+    pub async fn run(&self, ctx: &Ctx, key: &MaxTreeKey, xh: &[u64]) -> Result<Vec<u64>, GateError> {
+        check_party(ctx, key.party)?;
+        let m = mask(self.bits);
+        let mut v = xh.to_vec();
+        for (widths, k) in self.levels().into_iter().zip(&key.levels) {
+            let (a, b) = Self::pairs(&widths, &v);
+            let diff: Vec<u64> = a.iter().zip(&b).map(|(&a, &b)| a.wrapping_sub(b) & m).collect();
+            let relu = self.relu(&widths).eval(ctx, k, &[&diff]).await?;
+            let pairmax: Vec<u64> = b.iter().zip(&relu).map(|(&b, &o)| b.wrapping_add(o) & m).collect();
+            v = Self::next(&widths, &v, &pairmax);
+        }
+        Ok(v)
+    }
+
+    /// The plaintext row maxima (signed order; SIGMA's ties keep the first entry).
+    pub fn plain(&self, x: &[u64]) -> Vec<u64> {
+        let ring = fss::Ring::new(self.bits).expect("valid width");
+        let mut at = 0;
+        self.row_lens
+            .iter()
+            .map(|&w| {
+                let row = &x[at..at + w];
+                at += w;
+                ring.from_signed(row.iter().map(|&v| ring.to_signed(v)).max().expect("non-empty row"))
+            })
+            .collect()
+    }
+}
+
+/// The maximum of each row of a `rows × cols` matrix of signed values: a [`MaxTree`] over
+/// equal rows. `2⌈log2 cols⌉` rounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowMax {
+    /// Ring width.
+    pub bits: u32,
+    /// Width of the comparisons (differences must fit it as signed values).
+    pub cmp_bits: u32,
+    /// Rows.
+    pub rows: usize,
+    /// Columns (at least 2: a single column is its own maximum).
+    pub cols: usize,
+}
+
+impl RowMax {
+    fn tree(&self) -> MaxTree {
+        MaxTree { bits: self.bits, cmp_bits: self.cmp_bits, row_lens: vec![self.cols; self.rows] }
     }
 }
 
 impl Gate for RowMax {
-    type Key = RowMaxKey;
+    type Key = MaxTreeKey;
 
     fn input_bits(&self) -> Vec<u32> {
         vec![self.bits]
@@ -534,8 +631,8 @@ impl Gate for RowMax {
         self.rows
     }
 
-    fn key_shape(&self) -> RowMax {
-        *self
+    fn key_shape(&self) -> MaxTree {
+        self.tree()
     }
 
     fn keygen<R: CryptoRng + ?Sized>(
@@ -543,66 +640,19 @@ impl Gate for RowMax {
         masks_in: &[&[u64]],
         mask_out: &[u64],
         rng: &mut R,
-    ) -> Result<(RowMaxKey, RowMaxKey), GateError> {
+    ) -> Result<(MaxTreeKey, MaxTreeKey), GateError> {
         check_inputs(masks_in, &self.input_lens())?;
         check_len("output mask", self.rows, mask_out.len())?;
-        if self.cols == 0 {
-            return Err(GateError::Params("row max of an empty row".into()));
-        }
-        let m = mask(self.bits);
-        let mut r = masks_in[0].to_vec();
-        let mut width = self.cols;
-        let (mut k0, mut k1) = (vec![], vec![]);
-        let widths = self.level_widths();
-        for (l, &pairs) in widths.iter().enumerate() {
-            let (ra, rb) = self.pairs(&r, width);
-            let diff: Vec<u64> = ra.iter().zip(&rb).map(|(&a, &b)| a.wrapping_sub(b) & m).collect();
-            // The last level's ReLU output mask is chosen so that b + ReLU lands on `mask_out`.
-            let relu_out = if l + 1 == widths.len() {
-                mask_out.iter().zip(&rb).map(|(&o, &b)| o.wrapping_sub(b) & m).collect()
-            } else {
-                random_words(rng, rb.len(), self.bits)
-            };
-            let (a0, a1) = self.relu(pairs).deal(&diff, &relu_out, rng)?;
-            k0.push(a0);
-            k1.push(a1);
-            let pairmax: Vec<u64> = rb.iter().zip(&relu_out).map(|(&b, &o)| b.wrapping_add(o) & m).collect();
-            r = self.next(&r, width, &pairmax);
-            width = width.div_ceil(2);
-        }
-        // The last level always compares one pair per row, so its output mask is `mask_out`;
-        // a single column has no level and keeps its input mask.
-        if r != mask_out {
-            return Err(GateError::Params("row max of one column: the output mask is the input mask".into()));
-        }
-        Ok((RowMaxKey { party: Party::P0, levels: k0 }, RowMaxKey { party: Party::P1, levels: k1 }))
+        let (k0, k1, _) = self.tree().deal(masks_in[0], Some(mask_out), rng)?;
+        Ok((k0, k1))
     }
 
-    async fn eval(&self, ctx: &Ctx, key: &RowMaxKey, inputs: &[&[u64]]) -> Result<Vec<u64>, GateError> {
+    async fn eval(&self, ctx: &Ctx, key: &MaxTreeKey, inputs: &[&[u64]]) -> Result<Vec<u64>, GateError> {
         check_inputs(inputs, &self.input_lens())?;
-        check_party(ctx, key.party)?;
-        let m = mask(self.bits);
-        let mut v = inputs[0].to_vec();
-        let mut width = self.cols;
-        for (pairs, k) in self.level_widths().into_iter().zip(&key.levels) {
-            let (a, b) = self.pairs(&v, width);
-            let diff: Vec<u64> = a.iter().zip(&b).map(|(&a, &b)| a.wrapping_sub(b) & m).collect();
-            let relu = self.relu(pairs).eval(ctx, k, &[&diff]).await?;
-            let pairmax: Vec<u64> = b.iter().zip(&relu).map(|(&b, &o)| b.wrapping_add(o) & m).collect();
-            v = self.next(&v, width, &pairmax);
-            width = width.div_ceil(2);
-        }
-        Ok(v)
+        self.tree().run(ctx, key, inputs[0]).await
     }
 
     fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
-        let ring = fss::Ring::new(self.bits).expect("valid width");
-        inputs[0]
-            .chunks(self.cols)
-            .map(|row| {
-                let max = row.iter().map(|&x| ring.to_signed(x)).max().expect("non-empty row");
-                ring.from_signed(max)
-            })
-            .collect()
+        self.tree().plain(inputs[0])
     }
 }

@@ -14,6 +14,10 @@
 //! | [`cmp`] | DReLU, ReLU, interval test, row max |
 //! | [`shift`] | truncate-reduce, truncate-with-slack, sign/zero extension, exact ARS/LRS |
 //! | [`lut`] | table lookup by a full-domain 1-bit DPF |
+//! | [`softmax`] | softmax, with and without a causal mask |
+//! | [`norm`] | row sum of squares, LayerNorm, RMSNorm |
+//! | [`rsqrt`] | reciprocal square root (pseudo-float index + 13-bit table) |
+//! | [`nonlinear`] | clip, DCF truncate-reduce, GeLU/SiLU, `e^{−x}`, reciprocal (SIGMA's CPU build) |
 //!
 //! [`online`] is the sans-IO online runtime, [`harness`] runs a gate between two in-memory
 //! parties and counts key bytes, communication and rounds.
@@ -27,9 +31,13 @@ pub mod harness;
 pub mod keyio;
 pub mod linalg;
 pub mod lut;
+pub mod nonlinear;
+pub mod norm;
 pub mod online;
+pub mod rsqrt;
 pub mod select;
 pub mod shift;
+pub mod softmax;
 
 pub use error::GateError;
 pub use gate::Gate;

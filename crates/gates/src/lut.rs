@@ -183,32 +183,49 @@ impl Lut {
         Ok((w, v))
     }
 
-    /// The masked output (two rounds).
+    /// Round 1: open the masked sign bits `ŵ` and values `V̂`.
     ///
     /// # Errors
     /// As [`Gate::eval`].
-    pub async fn run(&self, ctx: &Ctx, key: &LutKey, xh: &[u64]) -> Result<Vec<u64>, GateError> {
+    pub async fn first(
+        &self,
+        ctx: &Ctx,
+        key: &LutKey,
+        xh: &[u64],
+    ) -> Result<(Vec<u64>, Vec<u64>), GateError> {
         self.check()?;
-        let party = ctx.party();
-        let (w, v) = self.expand(party, key, xh)?;
+        let (w, v) = self.expand(ctx.party(), key, xh)?;
         let ob = self.out_bits;
         let wm: Vec<u64> = w.iter().zip(&key.rw_bit).map(|(&a, &b)| (a ^ b) as u64).collect();
         let vm: Vec<u64> = v.iter().zip(&key.rv).map(|(&a, &b)| a.wrapping_add(b) & mask(ob)).collect();
-        let opened = ctx.open_many(&[(&wm, 1), (&vm, ob)]).await?;
-        let (wh, vh) = (&opened[0], &opened[1]);
+        let mut opened = ctx.open_many(&[(&wm, 1), (&vm, ob)]).await?;
+        let vh = opened.pop().expect("two parts");
+        Ok((opened.pop().expect("two parts"), vh))
+    }
+
+    /// This party's share of `T[x] + r_out` from round 1's openings:
+    /// `[V] − 2·[w·V] + [r_out]`, with `[V] = b·V̂ − [r_v]` and `[w·V]` by the select formula.
+    pub fn second_share(&self, party: Party, key: &LutKey, wh: &[u64], vh: &[u64]) -> Vec<u64> {
         let own = party_term(party);
-        let y: Vec<u64> = (0..self.len)
+        (0..self.len)
             .map(|i| {
-                // [V] = b·V̂ − [r_v];  [w·V] by the select formula;  out = V − 2·w·V + r_out.
                 let (b, y) = (wh[i], vh[i]);
                 let vshare = (own * y).wrapping_sub(key.rv[i]);
                 let cross = key.rw[i].wrapping_mul(y).wrapping_sub(key.rwrv[i]);
                 let cross = if b == 1 { cross.wrapping_neg() } else { cross };
                 let wv = (own * b * y).wrapping_sub(b * key.rv[i]).wrapping_add(cross);
-                vshare.wrapping_sub(wv.wrapping_mul(2)).wrapping_add(key.rout[i]) & mask(ob)
+                vshare.wrapping_sub(wv.wrapping_mul(2)).wrapping_add(key.rout[i]) & mask(self.out_bits)
             })
-            .collect();
-        ctx.open(&y, ob).await
+            .collect()
+    }
+
+    /// The masked output (two rounds).
+    ///
+    /// # Errors
+    /// As [`Gate::eval`].
+    pub async fn run(&self, ctx: &Ctx, key: &LutKey, xh: &[u64]) -> Result<Vec<u64>, GateError> {
+        let (wh, vh) = self.first(ctx, key, xh).await?;
+        ctx.open(&self.second_share(ctx.party(), key, &wh, &vh), self.out_bits).await
     }
 }
 

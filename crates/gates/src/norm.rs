@@ -1,0 +1,457 @@
+//! SIGMA's normalisations (`SlothLayerNorm`, `SlothRMSNorm`) with public gain and bias, and
+//! the row sum of squares they use.
+//!
+//! LayerNorm: mean by an exact shift (4 rounds), sum of squares (1), reciprocal square root
+//! (5), product and truncation (1 + 2), gain and bias (local, public) and truncation (2):
+//! **15 rounds** (SIGMA's CPU build multiplies by a secret-shared gain, one round more).
+//! RMSNorm: the same without the mean: **11 rounds**.
+
+use std::sync::Arc;
+
+use fss::codec::{BitReader, BitWriter};
+use fss::ring::mask;
+use fss::rng::CryptoRng;
+use fss::{DecodeError, Party};
+use zeroize::{Zeroize, ZeroizeOnDrop};
+
+use crate::arith::{Mul, MulKey, check_inputs, check_party};
+use crate::dealer::{random_words, share};
+use crate::error::{GateError, check_len};
+use crate::gate::Gate;
+use crate::keyio::{GateKey, get_words, key_debug, put_words};
+use crate::online::Ctx;
+use crate::rsqrt::{Rsqrt, RsqrtKey};
+use crate::shift::{ArsSlack, ArsSlackKey, ShiftExact, ShiftExactKey, party_term};
+
+/// `V_i = Σ_j x_ij²` over the rows of a `rows × cols` matrix: each party sums its shares of
+/// the squares before the one opening per row. One round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SumSq {
+    /// Ring width.
+    pub bits: u32,
+    /// Rows.
+    pub rows: usize,
+    /// Columns.
+    pub cols: usize,
+}
+
+/// A party's [`SumSq`] key: shares of every input mask and of `Σ_j r_j² + r_out` per row.
+#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+pub struct SumSqKey {
+    #[zeroize(skip)]
+    party: Party,
+    #[zeroize(skip)]
+    bits: u32,
+    r: Vec<u64>,
+    c: Vec<u64>,
+}
+key_debug!(SumSqKey);
+
+impl GateKey for SumSqKey {
+    type Shape = SumSq;
+
+    fn party(&self) -> Party {
+        self.party
+    }
+
+    fn write(&self, w: &mut BitWriter) {
+        put_words(w, &self.r, self.bits);
+        put_words(w, &self.c, self.bits);
+    }
+
+    fn read(s: &SumSq, party: Party, r: &mut BitReader<'_>) -> Result<SumSqKey, DecodeError> {
+        let rr = get_words(r, s.rows * s.cols, s.bits)?;
+        let c = get_words(r, s.rows, s.bits)?;
+        Ok(SumSqKey { party, bits: s.bits, r: rr, c })
+    }
+}
+
+impl SumSq {
+    /// Deal keys for input masks `r` and output masks `rout` (one per row).
+    ///
+    /// # Errors
+    /// [`GateError::Length`] on bad lengths.
+    pub fn deal<R: CryptoRng + ?Sized>(
+        &self,
+        r: &[u64],
+        rout: &[u64],
+        rng: &mut R,
+    ) -> Result<(SumSqKey, SumSqKey), GateError> {
+        check_len("sum-of-squares masks", self.rows * self.cols, r.len())?;
+        check_len("sum-of-squares output masks", self.rows, rout.len())?;
+        let c: Vec<u64> = r
+            .chunks(self.cols.max(1))
+            .zip(rout)
+            .map(|(row, &o)| row.iter().fold(o, |s, &v| s.wrapping_add(v.wrapping_mul(v))) & mask(self.bits))
+            .collect();
+        let (r0, r1) = share(rng, r, self.bits);
+        let (c0, c1) = share(rng, &c, self.bits);
+        let bits = self.bits;
+        Ok((
+            SumSqKey { party: Party::P0, bits, r: r0, c: c0 },
+            SumSqKey { party: Party::P1, bits, r: r1, c: c1 },
+        ))
+    }
+
+    /// The masked row sums (one round).
+    ///
+    /// # Errors
+    /// As [`Gate::eval`].
+    pub async fn run(&self, ctx: &Ctx, key: &SumSqKey, xh: &[u64]) -> Result<Vec<u64>, GateError> {
+        let own = party_term(ctx.party());
+        let shares: Vec<u64> = (0..self.rows)
+            .map(|i| {
+                let row = i * self.cols..(i + 1) * self.cols;
+                let s = xh[row.clone()].iter().zip(&key.r[row]).fold(key.c[i], |s, (&x, &r)| {
+                    s.wrapping_add(own * x.wrapping_mul(x)).wrapping_sub(x.wrapping_mul(r).wrapping_mul(2))
+                });
+                s & mask(self.bits)
+            })
+            .collect();
+        ctx.open(&shares, self.bits).await
+    }
+}
+
+impl Gate for SumSq {
+    type Key = SumSqKey;
+
+    fn input_bits(&self) -> Vec<u32> {
+        vec![self.bits]
+    }
+
+    fn input_lens(&self) -> Vec<usize> {
+        vec![self.rows * self.cols]
+    }
+
+    fn output_bits(&self) -> u32 {
+        self.bits
+    }
+
+    fn output_len(&self) -> usize {
+        self.rows
+    }
+
+    fn key_shape(&self) -> SumSq {
+        *self
+    }
+
+    fn keygen<R: CryptoRng + ?Sized>(
+        &self,
+        masks_in: &[&[u64]],
+        mask_out: &[u64],
+        rng: &mut R,
+    ) -> Result<(SumSqKey, SumSqKey), GateError> {
+        check_inputs(masks_in, &self.input_lens())?;
+        self.deal(masks_in[0], mask_out, rng)
+    }
+
+    async fn eval(&self, ctx: &Ctx, key: &SumSqKey, inputs: &[&[u64]]) -> Result<Vec<u64>, GateError> {
+        check_inputs(inputs, &self.input_lens())?;
+        check_party(ctx, key.party)?;
+        self.run(ctx, key, inputs[0]).await
+    }
+
+    fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
+        inputs[0]
+            .chunks(self.cols.max(1))
+            .map(|row| row.iter().fold(0u64, |s, &v| s.wrapping_add(v.wrapping_mul(v))) & mask(self.bits))
+            .collect()
+    }
+}
+
+/// Row-wise LayerNorm (`normalize` = true) or RMSNorm (false) of a `rows × cols` matrix at
+/// scale `s`, with a public gain `γ` (scale `s`) and, for LayerNorm, bias `β` (scale `2s`):
+/// `y = ⌊(γ·⌊(x − μ)·ρ / 2^s⌋ + β) / 2^s⌋`, `ρ ≈ 2^s / σ` from [`Rsqrt`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Norm {
+    /// Ring width.
+    pub bits: u32,
+    /// Fixed-point scale.
+    pub scale: u32,
+    /// Rows.
+    pub rows: usize,
+    /// Columns (the normalised dimension).
+    pub cols: usize,
+    /// Subtract the row mean (LayerNorm) or not (RMSNorm).
+    pub normalize: bool,
+    /// Gain, `cols` words at scale `s`.
+    pub gamma: Arc<[u64]>,
+    /// Bias, `cols` words at scale `2s` (ignored for RMSNorm).
+    pub beta: Arc<[u64]>,
+}
+
+/// A party's [`Norm`] key.
+#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+pub struct NormKey {
+    #[zeroize(skip)]
+    party: Party,
+    mean: Option<ShiftExactKey>,
+    sumsq: SumSqKey,
+    rsqrt: RsqrtKey,
+    mul: MulKey,
+    ars1: ArsSlackKey,
+    ars2: ArsSlackKey,
+}
+key_debug!(NormKey);
+
+impl GateKey for NormKey {
+    type Shape = Norm;
+
+    fn party(&self) -> Party {
+        self.party
+    }
+
+    fn write(&self, w: &mut BitWriter) {
+        if let Some(m) = &self.mean {
+            m.write(w);
+        }
+        self.sumsq.write(w);
+        self.rsqrt.write(w);
+        self.mul.write(w);
+        self.ars1.write(w);
+        self.ars2.write(w);
+    }
+
+    fn read(s: &Norm, party: Party, r: &mut BitReader<'_>) -> Result<NormKey, DecodeError> {
+        let bad = |_| DecodeError::InvalidField("norm shape");
+        let mean = if s.normalize { Some(ShiftExactKey::read(&s.mean(), party, r)?) } else { None };
+        Ok(NormKey {
+            party,
+            mean,
+            sumsq: SumSqKey::read(&s.sumsq(), party, r)?,
+            rsqrt: RsqrtKey::read(&s.rsqrt().map_err(bad)?, party, r)?,
+            mul: MulKey::read(&s.mul(), party, r)?,
+            ars1: ArsSlackKey::read(&s.ars(), party, r)?,
+            ars2: ArsSlackKey::read(&s.ars(), party, r)?,
+        })
+    }
+}
+
+impl Norm {
+    /// A LayerNorm with public `gamma` (scale s) and `beta` (scale 2s).
+    ///
+    /// # Errors
+    /// [`GateError::Params`] if the parameter vectors do not have `cols` entries.
+    pub fn layer_norm(
+        bits: u32,
+        scale: u32,
+        rows: usize,
+        cols: usize,
+        gamma: Arc<[u64]>,
+        beta: Arc<[u64]>,
+    ) -> Result<Norm, GateError> {
+        let n = Norm { bits, scale, rows, cols, normalize: true, gamma, beta };
+        n.check()?;
+        Ok(n)
+    }
+
+    /// An RMSNorm with public `gamma` (scale s).
+    ///
+    /// # Errors
+    /// [`GateError::Params`] if `gamma` does not have `cols` entries.
+    pub fn rms_norm(
+        bits: u32,
+        scale: u32,
+        rows: usize,
+        cols: usize,
+        gamma: Arc<[u64]>,
+    ) -> Result<Norm, GateError> {
+        let beta: Arc<[u64]> = vec![0; cols].into();
+        let n = Norm { bits, scale, rows, cols, normalize: false, gamma, beta };
+        n.check()?;
+        Ok(n)
+    }
+
+    fn check(&self) -> Result<(), GateError> {
+        check_len("gamma", self.cols, self.gamma.len())?;
+        check_len("beta", self.cols, self.beta.len())?;
+        if self.cols == 0 || self.bits < 2 * self.scale + 4 {
+            return Err(GateError::Params(format!("norm over {} columns on {} bits", self.cols, self.bits)));
+        }
+        Ok(())
+    }
+
+    /// The mean is `⌊S / 2^{log2 cols}⌋` for a power of two, else `⌊S·⌊2^s/cols⌋ / 2^s⌋`.
+    fn mean_factor(&self) -> (u64, u32) {
+        if self.cols.is_power_of_two() {
+            (1, self.cols.trailing_zeros())
+        } else {
+            ((1u64 << self.scale) / self.cols as u64, self.scale)
+        }
+    }
+
+    fn mean(&self) -> ShiftExact {
+        ShiftExact { bits: self.bits, shift: self.mean_factor().1.max(1), signed: true, len: self.rows }
+    }
+
+    fn sumsq(&self) -> SumSq {
+        SumSq { bits: self.bits, rows: self.rows, cols: self.cols }
+    }
+
+    fn rsqrt(&self) -> Result<Rsqrt, GateError> {
+        Rsqrt::new(self.bits, self.scale, self.cols as u64, self.rows)
+    }
+
+    fn mul(&self) -> Mul {
+        Mul { bits: self.bits, len: self.rows * self.cols }
+    }
+
+    fn ars(&self) -> ArsSlack {
+        ArsSlack { bits: self.bits, shift: self.scale, out_bits: self.bits, len: self.rows * self.cols }
+    }
+
+    fn row_sums(&self, v: &[u64]) -> Vec<u64> {
+        let (f, _) = self.mean_factor();
+        // A one-column "mean" shift by 0 is done as a shift by 1 of the doubled sum.
+        let scale = if self.mean_factor().1 == 0 { 2 } else { 1 };
+        v.chunks(self.cols)
+            .map(|row| {
+                row.iter().fold(0u64, |s, &x| s.wrapping_add(x)).wrapping_mul(f * scale) & mask(self.bits)
+            })
+            .collect()
+    }
+
+    fn centre(&self, x: &[u64], mu: &[u64]) -> Vec<u64> {
+        x.iter().enumerate().map(|(i, &v)| v.wrapping_sub(mu[i / self.cols]) & mask(self.bits)).collect()
+    }
+
+    fn broadcast(&self, rows: &[u64]) -> Vec<u64> {
+        (0..self.rows * self.cols).map(|i| rows[i / self.cols]).collect()
+    }
+
+    fn affine(&self, u: &[u64], with_bias: bool) -> Vec<u64> {
+        u.iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let j = i % self.cols;
+                let b = if with_bias && self.normalize { self.beta[j] } else { 0 };
+                v.wrapping_mul(self.gamma[j]).wrapping_add(b) & mask(self.bits)
+            })
+            .collect()
+    }
+
+    /// Deal keys for input masks `r` and output masks `rout`.
+    ///
+    /// # Errors
+    /// [`GateError`] on bad parameters or lengths.
+    pub fn deal<R: CryptoRng + ?Sized>(
+        &self,
+        r: &[u64],
+        rout: &[u64],
+        rng: &mut R,
+    ) -> Result<(NormKey, NormKey), GateError> {
+        self.check()?;
+        let (b, rows) = (self.bits, self.rows);
+        let (mean, rt) = if self.normalize {
+            let rmu = random_words(rng, rows, b);
+            let (m0, m1) = self.mean().deal(&self.row_sums(r), &rmu, rng)?;
+            (Some((m0, m1)), self.centre(r, &rmu))
+        } else {
+            (None, r.to_vec())
+        };
+        let rv = random_words(rng, rows, b);
+        let (s0, s1) = self.sumsq().deal(&rt, &rv, rng)?;
+        let rrho = random_words(rng, rows, b);
+        let (q0, q1) = self.rsqrt()?.deal(&rv, &rrho, rng)?;
+        let rz = random_words(rng, rows * self.cols, b);
+        let (p0, p1) = self.mul().keygen(&[&rt, &self.broadcast(&rrho)], &rz, rng)?;
+        let ru = random_words(rng, rows * self.cols, b);
+        let (a0, a1) = self.ars().deal(&rz, &ru, rng)?;
+        let (c0, c1) = self.ars().deal(&self.affine(&ru, false), rout, rng)?;
+        let (mean0, mean1) = match mean {
+            Some((m0, m1)) => (Some(m0), Some(m1)),
+            None => (None, None),
+        };
+        Ok((
+            NormKey { party: Party::P0, mean: mean0, sumsq: s0, rsqrt: q0, mul: p0, ars1: a0, ars2: c0 },
+            NormKey { party: Party::P1, mean: mean1, sumsq: s1, rsqrt: q1, mul: p1, ars1: a1, ars2: c1 },
+        ))
+    }
+
+    /// The masked output.
+    ///
+    /// # Errors
+    /// As [`Gate::eval`].
+    pub async fn run(&self, ctx: &Ctx, key: &NormKey, xh: &[u64]) -> Result<Vec<u64>, GateError> {
+        self.check()?;
+        let t = match &key.mean {
+            Some(k) => {
+                let mu = self.mean().run(ctx, k, &self.row_sums(xh)).await?;
+                self.centre(xh, &mu)
+            }
+            None => xh.to_vec(),
+        };
+        let v = self.sumsq().run(ctx, &key.sumsq, &t).await?;
+        let rho = self.rsqrt()?.run(ctx, &key.rsqrt, &v).await?;
+        let z = self.mul().eval(ctx, &key.mul, &[&t, &self.broadcast(&rho)]).await?;
+        let u = self.ars().run(ctx, &key.ars1, &z).await?;
+        self.ars().run(ctx, &key.ars2, &self.affine(&u, true)).await
+    }
+
+    /// The plaintext result.
+    ///
+    /// # Panics
+    /// If the shape is invalid (checked by `keygen` and `eval` first).
+    pub fn plain(&self, x: &[u64]) -> Vec<u64> {
+        let t = if self.normalize {
+            let mean = self.mean();
+            let mu: Vec<u64> = self.row_sums(x).iter().map(|&s| mean.reference(&[&[s]])[0]).collect();
+            self.centre(x, &mu)
+        } else {
+            x.to_vec()
+        };
+        let v = self.sumsq().reference(&[&t]);
+        let rsqrt = self.rsqrt().expect("checked shape");
+        let rho: Vec<u64> = v.iter().map(|&v| rsqrt.plain(v)).collect();
+        let z: Vec<u64> =
+            t.iter().zip(self.broadcast(&rho)).map(|(&a, b)| a.wrapping_mul(b) & mask(self.bits)).collect();
+        let ars = ArsSlack { len: 1, ..self.ars() };
+        let u: Vec<u64> = z.iter().map(|&v| ars.reference(&[&[v]])[0]).collect();
+        self.affine(&u, true).iter().map(|&v| ars.reference(&[&[v]])[0]).collect()
+    }
+}
+
+impl Gate for Norm {
+    type Key = NormKey;
+
+    fn input_bits(&self) -> Vec<u32> {
+        vec![self.bits]
+    }
+
+    fn input_lens(&self) -> Vec<usize> {
+        vec![self.rows * self.cols]
+    }
+
+    fn output_bits(&self) -> u32 {
+        self.bits
+    }
+
+    fn output_len(&self) -> usize {
+        self.rows * self.cols
+    }
+
+    fn key_shape(&self) -> Norm {
+        self.clone()
+    }
+
+    fn keygen<R: CryptoRng + ?Sized>(
+        &self,
+        masks_in: &[&[u64]],
+        mask_out: &[u64],
+        rng: &mut R,
+    ) -> Result<(NormKey, NormKey), GateError> {
+        check_inputs(masks_in, &self.input_lens())?;
+        check_len("output mask", self.rows * self.cols, mask_out.len())?;
+        self.deal(masks_in[0], mask_out, rng)
+    }
+
+    async fn eval(&self, ctx: &Ctx, key: &NormKey, inputs: &[&[u64]]) -> Result<Vec<u64>, GateError> {
+        check_inputs(inputs, &self.input_lens())?;
+        check_party(ctx, key.party)?;
+        self.run(ctx, key, inputs[0]).await
+    }
+
+    fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
+        self.plain(inputs[0])
+    }
+}

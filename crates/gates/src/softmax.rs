@@ -1,0 +1,298 @@
+//! SIGMA's softmax (`Softmax`, `SoftmaxTriangular`): row max by a tournament, `e^{−(max − x)}`,
+//! row sum, reciprocal, product and truncation. For `cols = 128`: 14 + 10 + 3 + 1 + 2 =
+//! **30 rounds**. With a causal mask, row `i` only has entries `0..=i`; the others are the
+//! constant 0.
+
+use fss::codec::{BitReader, BitWriter};
+use fss::ring::mask;
+use fss::rng::CryptoRng;
+use fss::{DecodeError, Party};
+use zeroize::{Zeroize, ZeroizeOnDrop};
+
+use crate::arith::{Mul, MulKey, check_inputs, check_party};
+use crate::cmp::{MaxTree, MaxTreeKey};
+use crate::dealer::{random_words, share};
+use crate::error::{GateError, check_len};
+use crate::gate::Gate;
+use crate::keyio::{GateKey, get_words, key_debug, put_words};
+use crate::nonlinear::{NExp, NExpKey, Reciprocal, ReciprocalKey};
+use crate::online::{Ctx, join};
+use crate::shift::{ArsSlack, ArsSlackKey};
+
+/// Row-wise softmax of a `rows × cols` matrix at scale `scale` in `Z_{2^bits}`. Inputs must
+/// fit `cmp_bits − 1` bits as signed values (so that row differences fit `cmp_bits`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Softmax {
+    /// Ring width.
+    pub bits: u32,
+    /// Width of the max tree's comparisons (SIGMA's mode 1: `bits − scale + 1`).
+    pub cmp_bits: u32,
+    /// Fixed-point scale.
+    pub scale: u32,
+    /// Rows.
+    pub rows: usize,
+    /// Columns (at most 1023: the reciprocal assumes a row sum below `2^{scale+10}`).
+    pub cols: usize,
+    /// Causal mask: row `i` attends to columns `0..=i` (requires `rows = cols`).
+    pub causal: bool,
+}
+
+/// A party's [`Softmax`] key.
+#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+pub struct SoftmaxKey {
+    #[zeroize(skip)]
+    party: Party,
+    #[zeroize(skip)]
+    bits: u32,
+    max: MaxTreeKey,
+    exp: NExpKey,
+    recip: ReciprocalKey,
+    mul: MulKey,
+    ars: ArsSlackKey,
+    /// Shares of the output masks of the masked-out (constant 0) entries.
+    zeros: Vec<u64>,
+}
+key_debug!(SoftmaxKey);
+
+impl GateKey for SoftmaxKey {
+    type Shape = Softmax;
+
+    fn party(&self) -> Party {
+        self.party
+    }
+
+    fn write(&self, w: &mut BitWriter) {
+        self.max.write(w);
+        self.exp.write(w);
+        self.recip.write(w);
+        self.mul.write(w);
+        self.ars.write(w);
+        put_words(w, &self.zeros, self.bits);
+    }
+
+    fn read(s: &Softmax, party: Party, r: &mut BitReader<'_>) -> Result<SoftmaxKey, DecodeError> {
+        let bad = |_| DecodeError::InvalidField("softmax shape");
+        let v = s.valid().len();
+        Ok(SoftmaxKey {
+            party,
+            bits: s.bits,
+            max: MaxTreeKey::read(&s.tree(), party, r)?,
+            exp: NExpKey::read(&s.nexp(v).map_err(bad)?, party, r)?,
+            recip: ReciprocalKey::read(&s.recip().map_err(bad)?, party, r)?,
+            mul: MulKey::read(&s.mul(v), party, r)?,
+            ars: ArsSlackKey::read(&s.ars(v), party, r)?,
+            zeros: get_words(r, s.rows * s.cols - v, s.bits)?,
+        })
+    }
+}
+
+impl Softmax {
+    fn check(&self) -> Result<(), GateError> {
+        if (self.causal && self.rows != self.cols)
+            || self.cols == 0
+            || self.cols > 1023
+            || self.cmp_bits > self.bits
+        {
+            return Err(GateError::Params(format!("softmax shape {self:?}")));
+        }
+        Ok(())
+    }
+
+    fn row_lens(&self) -> Vec<usize> {
+        (0..self.rows).map(|i| if self.causal { i + 1 } else { self.cols }).collect()
+    }
+
+    /// Flat indices of the computed entries, row after row.
+    fn valid(&self) -> Vec<usize> {
+        (0..self.rows).flat_map(|i| (0..self.row_lens()[i]).map(move |j| i * self.cols + j)).collect()
+    }
+
+    /// The row of every computed entry.
+    fn rows_of_valid(&self) -> Vec<usize> {
+        self.row_lens().iter().enumerate().flat_map(|(i, &w)| std::iter::repeat_n(i, w)).collect()
+    }
+
+    fn invalid(&self) -> Vec<usize> {
+        let valid = self.valid();
+        let mut is_valid = vec![false; self.rows * self.cols];
+        for v in valid {
+            is_valid[v] = true;
+        }
+        (0..self.rows * self.cols).filter(|&i| !is_valid[i]).collect()
+    }
+
+    fn tree(&self) -> MaxTree {
+        MaxTree { bits: self.bits, cmp_bits: self.cmp_bits, row_lens: self.row_lens() }
+    }
+
+    fn nexp(&self, len: usize) -> Result<NExp, GateError> {
+        NExp::new(self.bits, (self.cmp_bits + 1).min(self.bits), self.scale, len)
+    }
+
+    fn recip(&self) -> Result<Reciprocal, GateError> {
+        Reciprocal::new(self.bits, self.scale, self.rows)
+    }
+
+    fn mul(&self, len: usize) -> Mul {
+        Mul { bits: self.bits, len }
+    }
+
+    fn ars(&self, len: usize) -> ArsSlack {
+        ArsSlack { bits: self.bits, shift: self.scale, out_bits: self.bits, len }
+    }
+
+    fn row_sums(&self, v: &[u64], rows_of: &[usize]) -> Vec<u64> {
+        let mut s = vec![0u64; self.rows];
+        for (&x, &row) in v.iter().zip(rows_of) {
+            s[row] = s[row].wrapping_add(x);
+        }
+        s.iter().map(|&x| x & mask(self.bits)).collect()
+    }
+
+    /// Deal keys for input masks `r` and output masks `rout` (both `rows × cols`).
+    ///
+    /// # Errors
+    /// [`GateError`] on bad parameters or lengths.
+    pub fn deal<R: CryptoRng + ?Sized>(
+        &self,
+        r: &[u64],
+        rout: &[u64],
+        rng: &mut R,
+    ) -> Result<(SoftmaxKey, SoftmaxKey), GateError> {
+        self.check()?;
+        check_len("softmax masks", self.rows * self.cols, r.len())?;
+        check_len("softmax output masks", self.rows * self.cols, rout.len())?;
+        let (valid, rows_of, b) = (self.valid(), self.rows_of_valid(), self.bits);
+        let m = mask(b);
+        let rv: Vec<u64> = valid.iter().map(|&i| r[i]).collect();
+        let (x0, x1, rmax) = self.tree().deal(&rv, None, rng)?;
+        let rt: Vec<u64> = rv.iter().zip(&rows_of).map(|(&x, &row)| rmax[row].wrapping_sub(x) & m).collect();
+        let re = random_words(rng, valid.len(), b);
+        let (e0, e1) = self.nexp(valid.len())?.deal(&rt, &re, rng)?;
+        let rinv = random_words(rng, self.rows, b);
+        let (i0, i1) = self.recip()?.deal(&self.row_sums(&re, &rows_of), &rinv, rng)?;
+        let rib: Vec<u64> = rows_of.iter().map(|&row| rinv[row]).collect();
+        let rz = random_words(rng, valid.len(), b);
+        let (m0, m1) = self.mul(valid.len()).keygen(&[&rib, &re], &rz, rng)?;
+        let ro: Vec<u64> = valid.iter().map(|&i| rout[i]).collect();
+        let (a0, a1) = self.ars(valid.len()).deal(&rz, &ro, rng)?;
+        let zm: Vec<u64> = self.invalid().iter().map(|&i| rout[i]).collect();
+        let (z0, z1) = share(rng, &zm, b);
+        Ok((
+            SoftmaxKey {
+                party: Party::P0,
+                bits: b,
+                max: x0,
+                exp: e0,
+                recip: i0,
+                mul: m0,
+                ars: a0,
+                zeros: z0,
+            },
+            SoftmaxKey {
+                party: Party::P1,
+                bits: b,
+                max: x1,
+                exp: e1,
+                recip: i1,
+                mul: m1,
+                ars: a1,
+                zeros: z1,
+            },
+        ))
+    }
+
+    /// The masked output.
+    ///
+    /// # Errors
+    /// As [`Gate::eval`].
+    pub async fn run(&self, ctx: &Ctx, key: &SoftmaxKey, xh: &[u64]) -> Result<Vec<u64>, GateError> {
+        self.check()?;
+        let (valid, rows_of, b) = (self.valid(), self.rows_of_valid(), self.bits);
+        let m = mask(b);
+        let xv: Vec<u64> = valid.iter().map(|&i| xh[i]).collect();
+        let mx = self.tree().run(ctx, &key.max, &xv).await?;
+        let t: Vec<u64> = xv.iter().zip(&rows_of).map(|(&x, &row)| mx[row].wrapping_sub(x) & m).collect();
+        let e = self.nexp(valid.len())?.run(ctx, &key.exp, &t).await?;
+        let inv = self.recip()?.run(ctx, &key.recip, &self.row_sums(&e, &rows_of)).await?;
+        let ib: Vec<u64> = rows_of.iter().map(|&row| inv[row]).collect();
+        let z = self.mul(valid.len()).eval(ctx, &key.mul, &[&ib, &e]).await?;
+        // The constant entries are opened alongside the truncation's first round.
+        let ars = self.ars(valid.len());
+        let (y, zeros) = join(ars.run(ctx, &key.ars, &z), ctx.open(&key.zeros, b)).await;
+        let mut out = vec![0u64; self.rows * self.cols];
+        for (&i, &v) in valid.iter().zip(&y?) {
+            out[i] = v;
+        }
+        for (&i, &v) in self.invalid().iter().zip(&zeros?) {
+            out[i] = v;
+        }
+        Ok(out)
+    }
+
+    /// The plaintext result.
+    ///
+    /// # Panics
+    /// If the shape is invalid (checked by `keygen` and `eval` first).
+    pub fn plain(&self, x: &[u64]) -> Vec<u64> {
+        let (valid, rows_of, m) = (self.valid(), self.rows_of_valid(), mask(self.bits));
+        let xv: Vec<u64> = valid.iter().map(|&i| x[i]).collect();
+        let mx = self.tree().plain(&xv);
+        let t: Vec<u64> = xv.iter().zip(&rows_of).map(|(&x, &row)| mx[row].wrapping_sub(x) & m).collect();
+        let nexp = self.nexp(1).expect("checked shape");
+        let e: Vec<u64> = t.iter().map(|&v| nexp.plain(v)).collect();
+        let recip = self.recip().expect("checked shape");
+        let inv: Vec<u64> = self.row_sums(&e, &rows_of).iter().map(|&d| recip.plain(d)).collect();
+        let ars = self.ars(1);
+        let mut out = vec![0u64; self.rows * self.cols];
+        for (k, &i) in valid.iter().enumerate() {
+            let z = inv[rows_of[k]].wrapping_mul(e[k]) & m;
+            out[i] = ars.reference(&[&[z]])[0];
+        }
+        out
+    }
+}
+
+impl Gate for Softmax {
+    type Key = SoftmaxKey;
+
+    fn input_bits(&self) -> Vec<u32> {
+        vec![self.bits]
+    }
+
+    fn input_lens(&self) -> Vec<usize> {
+        vec![self.rows * self.cols]
+    }
+
+    fn output_bits(&self) -> u32 {
+        self.bits
+    }
+
+    fn output_len(&self) -> usize {
+        self.rows * self.cols
+    }
+
+    fn key_shape(&self) -> Softmax {
+        *self
+    }
+
+    fn keygen<R: CryptoRng + ?Sized>(
+        &self,
+        masks_in: &[&[u64]],
+        mask_out: &[u64],
+        rng: &mut R,
+    ) -> Result<(SoftmaxKey, SoftmaxKey), GateError> {
+        check_inputs(masks_in, &self.input_lens())?;
+        self.deal(masks_in[0], mask_out, rng)
+    }
+
+    async fn eval(&self, ctx: &Ctx, key: &SoftmaxKey, inputs: &[&[u64]]) -> Result<Vec<u64>, GateError> {
+        check_inputs(inputs, &self.input_lens())?;
+        check_party(ctx, key.party)?;
+        self.run(ctx, key, inputs[0]).await
+    }
+
+    fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
+        self.plain(inputs[0])
+    }
+}

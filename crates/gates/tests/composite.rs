@@ -1,0 +1,114 @@
+//! Reciprocal square root, sum of squares, softmax and the normalisations: secure == reference
+//! bit for bit under random and edge masks at n = 37 and 50, with SIGMA's round counts.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{check, edge_masks, rng, words};
+use fss::Ring;
+use fss::rng::{DealerRng, Rng};
+use gates::nonlinear::decode;
+use gates::norm::{Norm, SumSq};
+use gates::rsqrt::Rsqrt;
+use gates::softmax::Softmax;
+
+fn signed_words(r: &mut DealerRng, count: usize, bits: u32, bound: i64) -> Vec<u64> {
+    let ring = Ring::new(bits).unwrap();
+    (0..count).map(|_| ring.from_signed((r.next_u64() % (2 * bound as u64)) as i64 - bound)).collect()
+}
+
+#[test]
+fn rsqrt_small_width_and_full_width() {
+    let mut r = rng(30);
+    let bits = 20;
+    let em = edge_masks(bits, &mut r);
+    let mut x: Vec<u64> = (0..1u64 << 14).collect();
+    x.extend((0..4000).map(|_| r.next_u64() % (1 << 19)));
+    x.extend([(1 << 19) - 1, 1 << 18, (1 << 18) - 1]);
+    let m: Vec<u64> = (0..x.len()).map(|i| em[i % em.len()]).collect();
+    let g = Rsqrt::new(bits, 4, 3, x.len()).unwrap();
+    let out = words(&mut r, x.len(), bits);
+    let rep = check(&g, &[x], &[m], &out, &mut r);
+    assert_eq!(rep.stats[0].rounds, 5);
+    for bits in [37u32, 50] {
+        let len = 300;
+        let x: Vec<u64> = (0..len).map(|i| (r.next_u64() >> (64 - bits + 1)) >> (i % 30)).collect();
+        let (m, out) = (words(&mut r, len, bits), words(&mut r, len, bits));
+        check(&Rsqrt::new(bits, 12, 768, len).unwrap(), &[x], &[m], &out, &mut r);
+    }
+    // Relative error of the 7-bit pseudo-float table against 1/sqrt (SIGMA: ~4e-3).
+    let g = Rsqrt::new(50, 12, 64, 1).unwrap();
+    let worst = (1u64..1 << 20)
+        .step_by(97)
+        .map(|v| {
+            let want = 4096.0 / (v as f64 / 64.0 / 16_777_216.0).sqrt() / 4096.0;
+            let got = decode(g.plain(v), 50, 12);
+            if want > 0.25 { (got - want).abs() / want } else { 0.0 }
+        })
+        .fold(0.0, f64::max);
+    assert!(worst < 1e-2, "rsqrt relative error {worst}");
+}
+
+#[test]
+fn sum_of_squares() {
+    let mut r = rng(31);
+    for bits in [37u32, 50] {
+        let g = SumSq { bits, rows: 9, cols: 33 };
+        let x = signed_words(&mut r, 9 * 33, bits, 1 << 15);
+        let (m, out) = (words(&mut r, x.len(), bits), words(&mut r, 9, bits));
+        let rep = check(&g, &[x], &[m], &out, &mut r);
+        assert_eq!(rep.stats[0].rounds, 1);
+    }
+}
+
+#[test]
+fn softmax_plain_and_causal() {
+    let mut r = rng(32);
+    for bits in [37u32, 50] {
+        for (rows, cols, causal) in [(6, 16, false), (16, 16, true), (2, 128, false), (5, 5, true)] {
+            let g = Softmax { bits, cmp_bits: bits - 12 + 1, scale: 12, rows, cols, causal };
+            let x = signed_words(&mut r, rows * cols, bits, 10 << 12);
+            let (m, out) = (words(&mut r, x.len(), bits), words(&mut r, x.len(), bits));
+            let rep = check(&g, &[x.clone()], &[m], &out, &mut r);
+            let levels = (cols as f64).log2().ceil() as u64;
+            assert_eq!(rep.stats[0].rounds, 2 * levels + 16, "{rows}x{cols} causal={causal}");
+            // Rows sum to about 1.0, masked entries are 0.
+            let y = rep.outputs;
+            for i in 0..rows {
+                let s: f64 = (0..cols).map(|j| decode(y[i * cols + j], bits, 12)).sum();
+                assert!((s - 1.0).abs() < 0.05, "row {i} sums to {s}");
+                if causal {
+                    assert!((i + 1..cols).all(|j| y[i * cols + j] == 0));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn layer_norm_and_rms_norm() {
+    let mut r = rng(33);
+    let (bits, s) = (50u32, 12u32);
+    let ring = Ring::new(bits).unwrap();
+    for (rows, cols) in [(4, 64), (3, 48), (2, 1)] {
+        let gamma: Arc<[u64]> =
+            (0..cols).map(|j| ring.from_signed(4096 + (j as i64 % 7) * 300 - 900)).collect();
+        let beta: Arc<[u64]> = (0..cols).map(|j| ring.from_signed(((j as i64 % 5) - 2) << 20)).collect();
+        let x = signed_words(&mut r, rows * cols, bits, 6 << 12);
+        let m = words(&mut r, x.len(), bits);
+        let out = words(&mut r, x.len(), bits);
+        let ln = Norm::layer_norm(bits, s, rows, cols, gamma.clone(), beta).unwrap();
+        let rep = check(&ln, &[x.clone()], &[m.clone()], &out, &mut r);
+        assert_eq!(rep.stats[0].rounds, 15);
+        if cols > 1 {
+            // Normalised rows: mean ≈ 0 (before gain and bias).
+            let y: Vec<f64> = rep.outputs.iter().map(|&v| decode(v, bits, s)).collect();
+            assert!(y.iter().all(|v| v.abs() < 10.0));
+        }
+        let rms = Norm::rms_norm(bits, s, rows, cols, gamma).unwrap();
+        let rep = check(&rms, &[x], &[m], &out, &mut r);
+        assert_eq!(rep.stats[0].rounds, 11);
+    }
+    assert!(Norm::rms_norm(50, 12, 2, 3, vec![0u64; 2].into()).is_err());
+}
