@@ -167,14 +167,22 @@ impl Lut {
             let start = c * EXPAND;
             let blocks = key.dpf.full_domain(start..start + w.len())?;
             let per = blocks.len() / w.len();
+            let mut bits = vec![0u64; size];
             for (j, bl) in blocks.chunks(per).enumerate() {
                 let x = (xh[start + j] & mask(m)) as usize;
-                let (mut count, mut sum) = (0u64, 0u64);
-                for i in 0..size {
-                    let bit = ((bl[i >> 7] >> (i & 127)) & 1) as u64;
-                    count += bit;
-                    sum = sum.wrapping_add(rev[(i.wrapping_sub(x)) & (size - 1)] & bit.wrapping_neg());
+                // The bits as 0 / all-ones masks, then two contiguous dot products:
+                // Σ_{i ≥ x} e(i)·rev[i − x] + Σ_{i < x} e(i)·rev[i + 2^m − x].
+                let mut count = 0u64;
+                for (i, chunk) in bits.chunks_mut(64).enumerate() {
+                    let word = (bl[i / 2] >> (64 * (i % 2))) as u64;
+                    count += word.count_ones() as u64;
+                    for (b, e) in chunk.iter_mut().enumerate() {
+                        *e = ((word >> b) & 1).wrapping_neg();
+                    }
                 }
+                let dot =
+                    |e: &[u64], t: &[u64]| e.iter().zip(t).fold(0u64, |s, (&e, &t)| s.wrapping_add(e & t));
+                let sum = dot(&bits[x..], &rev[..size - x]).wrapping_add(dot(&bits[..x], &rev[size - x..]));
                 w[j] = (party.signed(count) >> 1) & 1 == 1;
                 v[j] = party.signed(sum) & mask(ob);
             }

@@ -3,6 +3,7 @@
 use clap::{Args, Subcommand};
 
 mod fss;
+mod ops;
 
 /// Arguments of `fusefss bench`.
 #[derive(Args)]
@@ -20,12 +21,20 @@ enum BenchCommand {
     /// measured in the same run, so that `eval_ns / (aes_blocks_per_eval ·
     /// aes_ns_per_block)` is the distance from the AES floor.
     Fss(fss::FssBenchArgs),
+    /// Operators (gates) between two in-memory parties, checked against their references.
+    ///
+    /// Per element: one party's key bytes, bytes sent + received by one party, rounds, dealer
+    /// time, the slower party's online time, whether every secure output equals the
+    /// plaintext fixed-point reference, and that reference's max error against the f64
+    /// function. Use `--json` for one JSON object per line.
+    Ops(ops::OpsBenchArgs),
 }
 
 /// Run a `bench` subcommand.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.what {
         BenchCommand::Fss(a) => fss::run(a),
+        BenchCommand::Ops(a) => ops::run(a),
     }
 }
 
