@@ -551,10 +551,8 @@ impl MaxTree {
             let pairmax: Vec<u64> = rb.iter().zip(&out).map(|(&b, &o)| b.wrapping_add(o) & m).collect();
             r = Self::next(&widths, &r, &pairmax);
         }
-        if let Some(t) = target {
-            if r != t {
-                return Err(GateError::Params("max of a one-entry row keeps its input mask".into()));
-            }
+        if target.is_some_and(|t| r != t) {
+            return Err(GateError::Params("max of a one-entry row keeps its input mask".into()));
         }
         Ok((MaxTreeKey { party: Party::P0, levels: k0 }, MaxTreeKey { party: Party::P1, levels: k1 }, r))
     }

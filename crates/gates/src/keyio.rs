@@ -1,9 +1,20 @@
 //! Encoding of gate keys: every field bit-packed to its width with the `fss` codec.
 //!
 //! A gate key holds the material for all elements of one gate instance. Its shape (element
-//! count, widths) is public and known to the reader, so the encoding carries no lengths:
+//! count, widths) is public and known to the reader, so the material carries no lengths:
 //! [`GateKey::read`] takes the shape and reads exactly that much, failing with a typed error
-//! on short input. Containers (key bundles) add headers and checksums.
+//! on short input. Containers (key bundles) add their own headers and checksums; a key that
+//! travels alone uses [`GateKey::encode`]:
+//!
+//! ```text
+//! offset  size  field
+//! 0       4     magic "FSSG"
+//! 4       1     format version (1)
+//! 5       1     party (0 or 1)
+//! 6       8     fingerprint of the key type and the gate's shape (FNV-1a, LE)
+//! 14      m     key material
+//! 14+m    4     CRC-32 of bytes 0..14+m (LE)
+//! ```
 
 use fss::codec::{BitReader, BitWriter};
 use fss::{DecodeError, Party};
@@ -11,7 +22,7 @@ use fss::{DecodeError, Party};
 /// The key of one gate instance.
 pub trait GateKey: Sized {
     /// The public shape the reader needs (widths, element count, …).
-    type Shape;
+    type Shape: std::fmt::Debug;
 
     /// The party this key belongs to.
     fn party(&self) -> Party;
@@ -50,6 +61,60 @@ pub trait GateKey: Sized {
         r.finish()?;
         Ok(k)
     }
+
+    /// The standalone, versioned, checksummed encoding, bound to the key type and `shape`.
+    fn encode(&self, shape: &Self::Shape) -> Vec<u8> {
+        let mut out = MAGIC.to_vec();
+        out.push(VERSION);
+        out.push(self.party().bit());
+        out.extend_from_slice(&fingerprint::<Self>(shape).to_le_bytes());
+        out.extend(self.to_bytes());
+        let crc = crc32(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Decode [`GateKey::encode`]'s output for `shape`.
+    ///
+    /// # Errors
+    /// [`DecodeError`] for a truncated, corrupted, wrong-version input, or a key of another
+    /// type or shape.
+    fn decode(shape: &Self::Shape, bytes: &[u8]) -> Result<Self, DecodeError> {
+        const HEAD: usize = 14;
+        if bytes.len() < HEAD + 4 {
+            return Err(DecodeError::Truncated { needed: HEAD + 4, available: bytes.len() });
+        }
+        if bytes[..4] != MAGIC {
+            return Err(DecodeError::BadMagic);
+        }
+        if bytes[4] != VERSION {
+            return Err(DecodeError::UnsupportedVersion { found: bytes[4], supported: VERSION });
+        }
+        let (body, crc) = bytes.split_at(bytes.len() - 4);
+        if crc32(body) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
+            return Err(DecodeError::Checksum);
+        }
+        let party = Party::from_index(body[5])?;
+        if body[6..14] != fingerprint::<Self>(shape).to_le_bytes() {
+            return Err(DecodeError::InvalidField("key of another gate type or shape"));
+        }
+        Self::from_bytes(shape, party, &body[HEAD..])
+    }
+}
+
+const MAGIC: [u8; 4] = *b"FSSG";
+const VERSION: u8 = 1;
+
+/// FNV-1a of the key type's name and the shape's `Debug` form.
+fn fingerprint<K: GateKey>(shape: &K::Shape) -> u64 {
+    let text = format!("{}:{:?}", std::any::type_name::<K>(), shape);
+    text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
+fn crc32(data: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(data);
+    h.finalize()
 }
 
 /// Append words of `bits` bits.

@@ -751,7 +751,7 @@ impl Reciprocal {
             return Err(GateError::Params(format!("reciprocal widths {bits}, scale {scale}")));
         }
         let num = 1u64 << (scale + 6);
-        let table = floor_table(16, bits, |i| if i == 0 { 0.0 } else { (num / i) as f64 });
+        let table = floor_table(16, bits, |i| num.checked_div(i).unwrap_or(0) as f64);
         Ok(Reciprocal { bits, scale, len, table })
     }
 

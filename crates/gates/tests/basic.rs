@@ -28,9 +28,9 @@ fn mul_and_square_exhaustive_small() {
     }
     let len = x.len();
     let out = words(&mut r, len, bits);
-    let rep = check(&Mul { bits, len }, &[x.clone(), y], &[rx.clone(), ry], &out, &mut r);
+    let rep = check(&Mul { bits, len }, &[&x[..], &y[..]], &[&rx[..], &ry[..]], &out, &mut r);
     assert_eq!(rep.stats[0].rounds, 1);
-    check(&Square { bits, len }, &[x], &[rx], &out, &mut r);
+    check(&Square { bits, len }, &[&x[..]], &[&rx[..]], &out, &mut r);
 }
 
 #[test]
@@ -40,17 +40,17 @@ fn mul_square_matmul_full_width() {
         let len = 1000;
         let (x, y) = (words(&mut r, len, bits), words(&mut r, len, bits));
         let (rx, ry, out) = (words(&mut r, len, bits), words(&mut r, len, bits), words(&mut r, len, bits));
-        let rep = check(&Mul { bits, len }, &[x.clone(), y], &[rx.clone(), ry], &out, &mut r);
+        let rep = check(&Mul { bits, len }, &[&x[..], &y[..]], &[&rx[..], &ry[..]], &out, &mut r);
         // 3 words per element, and one opening of `bits` bits each way.
         assert_eq!(rep.key_bits[0], 3 * len as u64 * bits as u64);
         assert_eq!(rep.stats[0].bytes_sent, (len as u64 * bits as u64).div_ceil(8));
-        check(&Square { bits, len }, &[x], &[rx], &out, &mut r);
+        check(&Square { bits, len }, &[&x[..]], &[&rx[..]], &out, &mut r);
         let g = MatMul { bits, m: 7, k: 33, n: 5 };
         let a = words(&mut r, 7 * 33, bits);
         let b = words(&mut r, 33 * 5, bits);
         let (ra, rb, rc) =
             (words(&mut r, 7 * 33, bits), words(&mut r, 33 * 5, bits), words(&mut r, 35, bits));
-        let rep = check(&g, &[a, b], &[ra, rb], &rc, &mut r);
+        let rep = check(&g, &[&a[..], &b[..]], &[&ra[..], &rb[..]], &rc, &mut r);
         assert_eq!(rep.stats[1].rounds, 1);
     }
 }
@@ -75,9 +75,9 @@ fn select_and_b2a_exhaustive_small() {
     }
     let len = b.len();
     let out = words(&mut r, len, bits);
-    let rep = check(&Select { bits, len }, &[b.clone(), y], &[rb.clone(), ry], &out, &mut r);
+    let rep = check(&Select { bits, len }, &[&b[..], &y[..]], &[&rb[..], &ry[..]], &out, &mut r);
     assert_eq!(rep.key_bits[0], 4 * len as u64 * bits as u64);
-    let rep = check(&B2A { bits, len }, &[b], &[rb], &out, &mut r);
+    let rep = check(&B2A { bits, len }, &[&b[..]], &[&rb[..]], &out, &mut r);
     assert_eq!(rep.stats[0].rounds, 1);
 }
 
@@ -99,4 +99,62 @@ fn keys_of_the_wrong_party_or_shape_are_rejected() {
     let bytes = k0.to_bytes();
     assert!(gates::arith::MulKey::from_bytes(&g, fss::Party::P0, &bytes[..bytes.len() - 1]).is_err());
     let _ = mask(3);
+}
+
+#[test]
+fn standalone_key_encoding_is_validated() {
+    use gates::GateKey;
+    use gates::arith::MulKey;
+    let mut r = rng(5);
+    let g = Mul { bits: 20, len: 7 };
+    let m = words(&mut r, 7, 20);
+    let (k0, k1) = g.keygen(&[&m, &m], &m, &mut r).unwrap();
+    let bytes = k1.encode(&g);
+    let back = MulKey::decode(&g, &bytes).unwrap();
+    assert_eq!(back, k1);
+    assert_eq!(back.party(), fss::Party::P1);
+    assert_ne!(k0.encode(&g), bytes);
+    // Truncated, extended, corrupted, another shape, another gate type.
+    for cut in [0, 5, 14, bytes.len() - 1] {
+        assert!(MulKey::decode(&g, &bytes[..cut]).is_err());
+    }
+    let mut longer = bytes.clone();
+    longer.push(0);
+    assert!(MulKey::decode(&g, &longer).is_err());
+    for i in 0..bytes.len() {
+        let mut bad = bytes.clone();
+        bad[i] ^= 4;
+        assert!(MulKey::decode(&g, &bad).is_err(), "byte {i}");
+    }
+    assert!(MulKey::decode(&Mul { bits: 20, len: 6 }, &bytes).is_err());
+    assert!(gates::arith::SquareKey::decode(&Square { bits: 20, len: 7 }, &bytes).is_err());
+}
+
+mod malformed {
+    use std::sync::Arc;
+
+    use fss::Party;
+    use gates::GateKey;
+    use gates::cmp::{MaxTree, MaxTreeKey, Relu, ReluKey};
+    use gates::lut::{Lut, LutKey};
+    use gates::nonlinear::{Activation, ReluResidual, ReluResidualKey};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Random bytes never make a key reader panic: they decode or fail with an error.
+        #[test]
+        fn random_key_material_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..3000), p in 0u8..2) {
+            let party = Party::from_index(p).unwrap();
+            let _ = ReluKey::from_bytes(&Relu::new(20, 3), party, &bytes);
+            let lut = Lut { in_bits: 6, out_bits: 9, len: 2, table: Arc::from(vec![0u64; 64]) };
+            let _ = LutKey::from_bytes(&lut, party, &bytes);
+            let gelu = ReluResidual::new(Activation::Gelu, 24, 20, 2).unwrap();
+            let _ = ReluResidualKey::from_bytes(&gelu, party, &bytes);
+            let tree = MaxTree { bits: 16, cmp_bits: 12, row_lens: vec![3, 1, 4] };
+            let _ = MaxTreeKey::from_bytes(&tree, party, &bytes);
+            let _ = ReluResidualKey::decode(&gelu, &bytes);
+        }
+    }
 }

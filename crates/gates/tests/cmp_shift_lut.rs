@@ -41,10 +41,10 @@ fn drelu_relu_exhaustive_small() {
         let (x, m) = all_inputs(bits, &mut r);
         let len = x.len();
         let out = words(&mut r, len, 1);
-        let rep = check(&Drelu { bits, len }, &[x.clone()], &[m.clone()], &out, &mut r);
+        let rep = check(&Drelu { bits, len }, &[&x[..]], &[&m[..]], &out, &mut r);
         assert_eq!((rep.stats[0].rounds, rep.stats[0].bytes_sent), (1, (len as u64).div_ceil(8)));
         let out = words(&mut r, len, bits);
-        let rep = check(&Relu::new(bits, len), &[x], &[m], &out, &mut r);
+        let rep = check(&Relu::new(bits, len), &[&x[..]], &[&m[..]], &out, &mut r);
         assert_eq!(rep.stats[0].rounds, 2);
     }
 }
@@ -58,7 +58,7 @@ fn interval_exhaustive_small() {
         let len = x.len();
         for (lo, hi) in [(0, 0), (0, n), (3, 17), (n / 2, n), (n - 1, n), (1, n - 1)] {
             let out = words(&mut r, len, 1);
-            let rep = check(&Interval { bits, len, lo, hi }, &[x.clone()], &[m.clone()], &out, &mut r);
+            let rep = check(&Interval { bits, len, lo, hi }, &[&x[..]], &[&m[..]], &out, &mut r);
             assert_eq!(rep.stats[1].rounds, 1);
         }
     }
@@ -75,12 +75,11 @@ fn row_max_small_and_wide() {
             (0..rows * cols).map(|_| ring.from_signed((r.next_u64() % 1000) as i64 - 500)).collect();
         let m = words(&mut r, x.len(), bits);
         let out = words(&mut r, rows, bits);
-        let rep =
-            check(&RowMax { bits, cmp_bits: bits, rows, cols }, &[x.clone()], &[m.clone()], &out, &mut r);
+        let rep = check(&RowMax { bits, cmp_bits: bits, rows, cols }, &[&x[..]], &[&m[..]], &out, &mut r);
         check(
             &RowMax { bits: 40, cmp_bits: 12, rows, cols },
-            &[x40(&x, bits)],
-            &[words(&mut r, x.len(), 40)],
+            &[&x40(&x, bits)[..]],
+            &[&words(&mut r, x.len(), 40)[..]],
             &out40(&mut r, rows),
             &mut r,
         );
@@ -97,12 +96,12 @@ fn shifts_exhaustive_small() {
     let len = x.len();
     for shift in 1..bits {
         let out = words(&mut r, len, bits - shift);
-        let rep = check(&TruncReduce { bits, shift, len }, &[x.clone()], &[m.clone()], &out, &mut r);
+        let rep = check(&TruncReduce { bits, shift, len }, &[&x[..]], &[&m[..]], &out, &mut r);
         assert_eq!(rep.stats[0].rounds, 2);
         for signed in [true, false] {
             let out = words(&mut r, len, bits);
             let g = ShiftExact { bits, shift, signed, len };
-            let rep = check(&g, &[x.clone()], &[m.clone()], &out, &mut r);
+            let rep = check(&g, &[&x[..]], &[&m[..]], &out, &mut r);
             assert_eq!(rep.stats[0].rounds, 4);
         }
     }
@@ -111,7 +110,7 @@ fn shifts_exhaustive_small() {
         for out_bits in [bits - shift, bits, 11] {
             let out = words(&mut r, xs.len(), out_bits);
             let g = ArsSlack { bits, shift, out_bits, len: xs.len() };
-            let rep = check(&g, &[xs.clone()], &[ms.clone()], &out, &mut r);
+            let rep = check(&g, &[&xs[..]], &[&ms[..]], &out, &mut r);
             assert_eq!(rep.stats[0].rounds, 2);
         }
     }
@@ -119,7 +118,13 @@ fn shifts_exhaustive_small() {
         for (b, ob) in [(6, 9), (8, 8), (9, 20)] {
             let (x, m) = all_inputs(b, &mut r);
             let out = words(&mut r, x.len(), ob);
-            check(&Extend { bits: b, out_bits: ob, signed, len: x.len() }, &[x], &[m], &out, &mut r);
+            check(
+                &Extend { bits: b, out_bits: ob, signed, len: x.len() },
+                &[&x[..]],
+                &[&m[..]],
+                &out,
+                &mut r,
+            );
         }
     }
 }
@@ -133,7 +138,7 @@ fn lut_exhaustive_small() {
         let len = x.len();
         let out = words(&mut r, len, out_bits);
         let g = Lut::new(in_bits, out_bits, len, table).unwrap();
-        let rep = check(&g, &[x], &[m], &out, &mut r);
+        let rep = check(&g, &[&x[..]], &[&m[..]], &out, &mut r);
         assert_eq!(rep.stats[0].rounds, 2);
         let bits_sent = len as u64 * (1 + 2 * out_bits as u64);
         assert!(rep.stats[0].bytes_sent <= bits_sent.div_ceil(8) + 2);
@@ -159,24 +164,24 @@ fn full_width_random() {
         }
         let o1 = words(&mut r, len, 1);
         let on = words(&mut r, len, bits);
-        check(&Drelu { bits, len }, &[x.clone()], &[m.clone()], &o1, &mut r);
-        check(&Relu::new(bits, len), &[x.clone()], &[m.clone()], &on, &mut r);
-        check(&Relu { bits, cmp_bits: bits - 12, len }, &[xs_small(&x, bits)], &[m.clone()], &on, &mut r);
+        check(&Drelu { bits, len }, &[&x[..]], &[&m[..]], &o1, &mut r);
+        check(&Relu::new(bits, len), &[&x[..]], &[&m[..]], &on, &mut r);
+        check(&Relu { bits, cmp_bits: bits - 12, len }, &[&xs_small(&x, bits)[..]], &[&m[..]], &on, &mut r);
         let g = Interval { bits, len, lo: 1 << 20, hi: 1 << (bits - 2) };
-        check(&g, &[x.clone()], &[m.clone()], &o1, &mut r);
+        check(&g, &[&x[..]], &[&m[..]], &o1, &mut r);
         let shift = 12;
         let ot = words(&mut r, len, bits - shift);
-        check(&TruncReduce { bits, shift, len }, &[x.clone()], &[m.clone()], &ot, &mut r);
+        check(&TruncReduce { bits, shift, len }, &[&x[..]], &[&m[..]], &ot, &mut r);
         for signed in [true, false] {
-            check(&ShiftExact { bits, shift, signed, len }, &[x.clone()], &[m.clone()], &on, &mut r);
+            check(&ShiftExact { bits, shift, signed, len }, &[&x[..]], &[&m[..]], &on, &mut r);
         }
         let q = 1u64 << (bits - 3);
         let xs: Vec<u64> = x.iter().map(|&v| ring.from_signed((v % q) as i64 - (q / 2) as i64)).collect();
-        check(&ArsSlack { bits, shift, out_bits: bits, len }, &[xs], &[m.clone()], &on, &mut r);
+        check(&ArsSlack { bits, shift, out_bits: bits, len }, &[&xs[..]], &[&m[..]], &on, &mut r);
         let ext = Extend { bits: bits - shift, out_bits: bits, signed: true, len };
         let xe: Vec<u64> = x.iter().map(|&v| v & mask(bits - shift)).collect();
         let me: Vec<u64> = m.iter().map(|&v| v & mask(bits - shift)).collect();
-        check(&ext, &[xe], &[me], &on, &mut r);
+        check(&ext, &[&xe[..]], &[&me[..]], &on, &mut r);
         let _ = ring;
     }
 }

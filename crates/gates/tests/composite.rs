@@ -29,13 +29,13 @@ fn rsqrt_small_width_and_full_width() {
     let m: Vec<u64> = (0..x.len()).map(|i| em[i % em.len()]).collect();
     let g = Rsqrt::new(bits, 4, 3, x.len()).unwrap();
     let out = words(&mut r, x.len(), bits);
-    let rep = check(&g, &[x], &[m], &out, &mut r);
+    let rep = check(&g, &[&x[..]], &[&m[..]], &out, &mut r);
     assert_eq!(rep.stats[0].rounds, 5);
     for bits in [37u32, 50] {
         let len = 300;
         let x: Vec<u64> = (0..len).map(|i| (r.next_u64() >> (64 - bits + 1)) >> (i % 30)).collect();
         let (m, out) = (words(&mut r, len, bits), words(&mut r, len, bits));
-        check(&Rsqrt::new(bits, 12, 768, len).unwrap(), &[x], &[m], &out, &mut r);
+        check(&Rsqrt::new(bits, 12, 768, len).unwrap(), &[&x[..]], &[&m[..]], &out, &mut r);
     }
     // Relative error of the 7-bit pseudo-float table against 1/sqrt (SIGMA: ~4e-3).
     let g = Rsqrt::new(50, 12, 64, 1).unwrap();
@@ -57,7 +57,7 @@ fn sum_of_squares() {
         let g = SumSq { bits, rows: 9, cols: 33 };
         let x = signed_words(&mut r, 9 * 33, bits, 1 << 15);
         let (m, out) = (words(&mut r, x.len(), bits), words(&mut r, 9, bits));
-        let rep = check(&g, &[x], &[m], &out, &mut r);
+        let rep = check(&g, &[&x[..]], &[&m[..]], &out, &mut r);
         assert_eq!(rep.stats[0].rounds, 1);
     }
 }
@@ -70,7 +70,7 @@ fn softmax_plain_and_causal() {
             let g = Softmax { bits, cmp_bits: bits - 12 + 1, scale: 12, rows, cols, causal };
             let x = signed_words(&mut r, rows * cols, bits, 10 << 12);
             let (m, out) = (words(&mut r, x.len(), bits), words(&mut r, x.len(), bits));
-            let rep = check(&g, &[x.clone()], &[m], &out, &mut r);
+            let rep = check(&g, &[&x[..]], &[&m[..]], &out, &mut r);
             let levels = (cols as f64).log2().ceil() as u64;
             assert_eq!(rep.stats[0].rounds, 2 * levels + 16, "{rows}x{cols} causal={causal}");
             // Rows sum to about 1.0, masked entries are 0.
@@ -99,7 +99,7 @@ fn layer_norm_and_rms_norm() {
         let m = words(&mut r, x.len(), bits);
         let out = words(&mut r, x.len(), bits);
         let ln = Norm::layer_norm(bits, s, rows, cols, gamma.clone(), beta).unwrap();
-        let rep = check(&ln, &[x.clone()], &[m.clone()], &out, &mut r);
+        let rep = check(&ln, &[&x[..]], &[&m[..]], &out, &mut r);
         assert_eq!(rep.stats[0].rounds, 15);
         if cols > 1 {
             // Normalised rows: mean ≈ 0 (before gain and bias).
@@ -107,7 +107,7 @@ fn layer_norm_and_rms_norm() {
             assert!(y.iter().all(|v| v.abs() < 10.0));
         }
         let rms = Norm::rms_norm(bits, s, rows, cols, gamma).unwrap();
-        let rep = check(&rms, &[x], &[m], &out, &mut r);
+        let rep = check(&rms, &[&x[..]], &[&m[..]], &out, &mut r);
         assert_eq!(rep.stats[0].rounds, 11);
     }
     assert!(Norm::rms_norm(50, 12, 2, 3, vec![0u64; 2].into()).is_err());

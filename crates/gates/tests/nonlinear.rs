@@ -8,7 +8,6 @@ use common::{check, edge_masks, rng, words};
 use fss::Ring;
 use fss::ring::mask;
 use fss::rng::{DealerRng, Rng};
-use gates::Gate;
 use gates::nonlinear::{Activation, Clip, NExp, Reciprocal, ReluResidual, TruncReduceDcf, decode};
 
 /// `count` copies of each value with the edge masks cycled through.
@@ -31,13 +30,13 @@ fn clip_and_dcf_truncation_exhaustive_small() {
     let values: Vec<u64> = (0..256).collect();
     let (x, m) = with_masks(&values, 12, 8, &mut r);
     let out = words(&mut r, x.len(), 7);
-    let rep = check(&g(x.len()), &[x], &[m], &out, &mut r);
+    let rep = check(&g(x.len()), &[&x[..]], &[&m[..]], &out, &mut r);
     assert_eq!(rep.stats[0].rounds, 2);
     for shift in 1..8 {
         let values: Vec<u64> = (0..256).collect();
         let (x, m) = with_masks(&values, 8, 8, &mut r);
         let out = words(&mut r, x.len(), 8 - shift);
-        let rep = check(&TruncReduceDcf { bits: 8, shift, len: x.len() }, &[x], &[m], &out, &mut r);
+        let rep = check(&TruncReduceDcf { bits: 8, shift, len: x.len() }, &[&x[..]], &[&m[..]], &out, &mut r);
         assert_eq!(rep.stats[0].rounds, 1);
     }
 }
@@ -53,7 +52,7 @@ fn gelu_silu_every_input_of_a_small_width() {
         let (x, m) = with_masks(&values, bits, 2, &mut r);
         let g = ReluResidual::new(act, bits, in_bits, x.len()).unwrap();
         let out = words(&mut r, x.len(), bits);
-        let rep = check(&g, &[x], &[m], &out, &mut r);
+        let rep = check(&g, &[&x[..]], &[&m[..]], &out, &mut r);
         assert_eq!(rep.stats[0].rounds, 8, "{act:?}");
     }
 }
@@ -82,7 +81,7 @@ fn gelu_silu_full_width() {
             let m = words(&mut r, len, bits);
             let out = words(&mut r, len, bits);
             let g = ReluResidual::new(act, bits, in_bits, len).unwrap();
-            check(&g, &[x], &[m], &out, &mut r);
+            check(&g, &[&x[..]], &[&m[..]], &out, &mut r);
         }
     }
 }
@@ -111,13 +110,13 @@ fn nexp_exhaustive_near_the_clip_and_full_width() {
     values.extend((65_500..65_600).chain([0, 1, 255, 256, 257, 65_535, 65_536, (1 << 19) - 1]));
     let (x, m) = with_masks(&values, 30, 2, &mut r);
     let out = words(&mut r, x.len(), 30);
-    let rep = check(&g(x.len()), &[x], &[m], &out, &mut r);
+    let rep = check(&g(x.len()), &[&x[..]], &[&m[..]], &out, &mut r);
     assert_eq!(rep.stats[0].rounds, 10);
     for bits in [37u32, 50] {
         let len = 2000;
         let x: Vec<u64> = (0..len).map(|_| r.next_u64() % (1 << 20)).collect();
         let (m, out) = (words(&mut r, len, bits), words(&mut r, len, bits));
-        check(&NExp::new(bits, bits - 10, 12, len).unwrap(), &[x], &[m], &out, &mut r);
+        check(&NExp::new(bits, bits - 10, 12, len).unwrap(), &[&x[..]], &[&m[..]], &out, &mut r);
     }
     // Against e^{−x}: SIGMA's two floored tables lose a few ulps.
     let e = NExp::new(50, 40, 12, 1).unwrap();
@@ -137,7 +136,7 @@ fn reciprocal_exact_and_accurate() {
     values.extend([(1 << 22) - 1, 1 << 12, 1 << 13]);
     let (x, m) = with_masks(&values, bits, 1, &mut r);
     let out = words(&mut r, x.len(), bits);
-    let rep = check(&g(x.len()), &[x], &[m], &out, &mut r);
+    let rep = check(&g(x.len()), &[&x[..]], &[&m[..]], &out, &mut r);
     assert_eq!(rep.stats[0].rounds, 3);
     let one = g(1);
     let worst = (1u64 << 12..1u64 << 19)

@@ -113,10 +113,8 @@ pub fn run(args: OpsBenchArgs) -> anyhow::Result<()> {
         (2 * args.f + 10..=64).contains(&args.n) && args.f >= 8,
         "need 8 ≤ f and 2f + 10 ≤ n ≤ 64"
     );
-    if let Some(ops) = &args.ops {
-        if let Some(bad) = ops.iter().find(|o| !OPS.contains(&o.as_str())) {
-            bail!("unknown operator {bad:?}; known: {}", OPS.join(", "));
-        }
+    if let Some(bad) = args.ops.iter().flatten().find(|o| !OPS.contains(&o.as_str())) {
+        bail!("unknown operator {bad:?}; known: {}", OPS.join(", "));
     }
     let pool = rayon::ThreadPoolBuilder::new().num_threads(args.threads).build()?;
     let mut rng = fss::rng::os_rng().context("the OS random number generator is unavailable")?;

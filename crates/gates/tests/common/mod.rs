@@ -22,14 +22,12 @@ pub fn edge_masks(bits: u32, r: &mut DealerRng) -> Vec<u64> {
 /// Run a gate whose elements are given per-element inputs and masks; assert exactness.
 pub fn check<G: Gate>(
     gate: &G,
-    inputs: &[Vec<u64>],
-    masks: &[Vec<u64>],
+    inputs: &[&[u64]],
+    masks: &[&[u64]],
     out_mask: &[u64],
     r: &mut DealerRng,
 ) -> Report {
-    let inputs: Vec<&[u64]> = inputs.iter().map(Vec::as_slice).collect();
-    let masks: Vec<&[u64]> = masks.iter().map(Vec::as_slice).collect();
-    let rep = run_with_masks(gate, &inputs, &masks, out_mask, r).expect("gate runs");
+    let rep = run_with_masks(gate, inputs, masks, out_mask, r).expect("gate runs");
     if let Some((i, got, want)) = rep.first_mismatch() {
         let ins: Vec<u64> = inputs.iter().map(|v| v[i]).collect();
         let ms: Vec<u64> = masks.iter().map(|v| v[i]).collect();
