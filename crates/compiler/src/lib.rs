@@ -1,3 +1,41 @@
-//! The FuseFSS compiler: operator specifications compiled to one opening, a packed comparison
-//! and a vector interval lookup (design.md §5). Not implemented yet: this crate reserves its
-//! place in the workspace's dependency order.
+//! The FuseFSS compiler: operator specifications compiled to one opening of the masked
+//! input, a packed comparison, an interval lookup and a post-processing circuit `Φ`
+//! (design.md §5; fusefss-paper-digest.md §2–3; compiled-gates.md).
+//!
+//! | module | what |
+//! |---|---|
+//! | [`spec`] | [`OperatorSpec`]: intervals, polynomial pieces, Boolean atoms, `Φ`; JSON; validation; the plaintext reference |
+//! | [`predicate`] | mask-aware rewriting of predicates into comparison shares at public points |
+//! | [`sym`] | polynomials over public values and dealer secrets: how `Φ` runs without interaction |
+//! | [`program`] | compilation into a mask-independent [`Program`] with a choice of backends |
+//! | [`gate`] | [`CompiledGate`]: the dealer's keys and the parties' online evaluation |
+//! | [`library`] | GeLU, SiLU, sigmoid, tanh, nExp, reciprocal, rsqrt, exact shifts, clip as specs |
+//! | [`composite`] | softmax, LayerNorm and RMSNorm with compiled nonlinearities; the program cache |
+//!
+//! ```
+//! use std::sync::Arc;
+//! use compiler::{compile, CompileOptions, CompiledGate, OperatorSpec};
+//! use gates::harness;
+//! let spec = OperatorSpec::from_json(r#"{
+//!     "name": "relu8", "in_bits": 8, "out_bits": 8, "signed": true,
+//!     "boundaries": [0, 128], "pieces": [ {"polys": [[0, 1]]}, {"polys": [[0]]} ]
+//! }"#).unwrap();
+//! let program = Arc::new(compile(&spec, CompileOptions::default()).unwrap());
+//! let gate = CompiledGate::new(program, 256);
+//! let x: Vec<u64> = (0..256).collect();
+//! let mut rng = fss::rng::os_rng().unwrap();
+//! let report = harness::run(&gate, &[&x], &mut rng).unwrap();
+//! assert!(report.exact());
+//! ```
+
+pub mod composite;
+pub mod gate;
+pub mod library;
+pub mod predicate;
+pub mod program;
+pub mod spec;
+pub mod sym;
+
+pub use gate::{CompiledGate, CompiledKey, CompiledShape};
+pub use program::{CmpBackend, CompileOptions, Cost, LookupBackend, Program, compile};
+pub use spec::{OperatorSpec, SpecError};

@@ -1,11 +1,12 @@
 //! Criterion benchmarks of the FSS primitives: the rows of `fusefss bench fss` (DCF, DPF,
-//! 1-bit DPF comparison, full-domain DPF), batched, per evaluated point.
+//! 1-bit DPF comparison, full-domain DPF and arithmetic DPF), batched, per evaluated point.
 //!
 //! `cargo bench -p fss` (set `RAYON_NUM_THREADS=1` for one-thread numbers).
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use fss::adpf::{self, AdpfParams};
 use fss::bitdpf::{self, BitDpfParams, CmpShares};
 use fss::dcf::{self, DcfParams};
 use fss::dpf::{self, DpfParams};
@@ -64,6 +65,19 @@ fn bench_full_domain(c: &mut Criterion) {
             b.iter(|| black_box(k.full_domain(0..64).unwrap()))
         });
     }
+    // The lookup-table shape: d = 14, e = 2, K = 1, ℓ = 50; 64 keys, fresh output and a
+    // reused buffer.
+    let n = 14;
+    g.throughput(Throughput::Elements(64 << n));
+    let p = AdpfParams::new(n, 50, 1, 2).unwrap();
+    let (k, _) = adpf::keygen(p, &points(&mut r, 64, n), &[1; 64], &mut r).unwrap();
+    g.bench_function(BenchmarkId::new("adpf_l50_e2", n), |b| {
+        b.iter(|| black_box(k.full_domain(0..64).unwrap()))
+    });
+    let mut buf = vec![0u64; 64 << n];
+    g.bench_function(BenchmarkId::new("adpf_l50_e2_into", n), |b| {
+        b.iter(|| k.full_domain_into(0..64, black_box(&mut buf)).unwrap())
+    });
     g.finish();
 }
 

@@ -313,10 +313,43 @@ impl BitDpfKeys {
         offsets: &[usize],
         out: &mut [CmpShares],
     ) -> Result<(), FssError> {
-        walk::check_len(self.len() + 1, offsets.len())?;
         walk::check_len(points.len(), out.len())?;
+        let words = sorted_words(offsets);
+        let (mut lt, mut eq) = (vec![0u64; words], vec![0u64; words]);
+        self.eval_sorted_bits(points, offsets, &mut lt, Some(&mut eq))?;
+        let mut w0 = 0;
+        for g in 0..self.len() {
+            for (i, o) in out[offsets[g]..offsets[g + 1]].iter_mut().enumerate() {
+                let bit = |v: &[u64]| (v[w0 + i / 64] >> (i % 64)) & 1 == 1;
+                *o = CmpShares { lt: XorBit(bit(&lt)), eq: XorBit(bit(&eq)) };
+            }
+            w0 += (offsets[g + 1] - offsets[g]).div_ceil(64);
+        }
+        Ok(())
+    }
+
+    /// [`BitDpfKeys::eval_sorted`] with bit-packed outputs: the share of `LT` at key `g`'s
+    /// `j`-th point is bit `j` of the words from `Σ_{h<g} ⌈T_h/64⌉` on (each key starts on a
+    /// fresh word; [`sorted_words`] is the total), `EQ` likewise when `eq` is given.
+    ///
+    /// # Errors
+    /// As [`BitDpfKeys::eval_sorted`], and [`FssError::LengthMismatch`] for output buffers of
+    /// the wrong size.
+    pub fn eval_sorted_bits(
+        &self,
+        points: &[u64],
+        offsets: &[usize],
+        lt: &mut [u64],
+        mut eq: Option<&mut [u64]>,
+    ) -> Result<(), FssError> {
+        walk::check_len(self.len() + 1, offsets.len())?;
         if offsets[0] != 0 || offsets[self.len()] != points.len() || offsets.windows(2).any(|w| w[0] > w[1]) {
             return Err(FssError::LengthMismatch { expected: points.len(), actual: offsets[self.len()] });
+        }
+        let words = sorted_words(offsets);
+        walk::check_len(words, lt.len())?;
+        if let Some(e) = &eq {
+            walk::check_len(words, e.len())?;
         }
         for g in 0..self.len() {
             let pts = &points[offsets[g]..offsets[g + 1]];
@@ -325,22 +358,37 @@ impl BitDpfKeys {
             }
         }
         walk::check_points(points, self.params.domain_bits)?;
-        // Independent jobs of about CHUNK points each (whole keys per job).
+        lt.fill(0);
+        if let Some(e) = eq.as_deref_mut() {
+            e.fill(0);
+        }
+        // Independent jobs of whole keys: at least CHUNK points and, so that the top levels
+        // (one node per key) still fill AES batches, at least PAR keys.
         let mut jobs = Vec::new();
-        let mut rest = out;
+        let (mut rest_lt, mut rest_eq) = (lt, eq);
         let mut g0 = 0;
         while g0 < self.len() {
             let mut g1 = g0 + 1;
-            while g1 < self.len() && offsets[g1] - offsets[g0] < walk::CHUNK {
+            while g1 < self.len() && (offsets[g1] - offsets[g0] < walk::CHUNK || g1 - g0 < walk::PAR) {
                 g1 += 1;
             }
-            let (head, tail) = rest.split_at_mut(offsets[g1] - offsets[g0]);
-            jobs.push((g0, g1, head));
-            rest = tail;
+            let w = sorted_words(&offsets[g0..=g1]);
+            let (head, tail) = std::mem::take(&mut rest_lt).split_at_mut(w);
+            rest_lt = tail;
+            let head_eq = match rest_eq.take() {
+                Some(e) => {
+                    let (h, t) = e.split_at_mut(w);
+                    rest_eq = Some(t);
+                    Some(h)
+                }
+                None => None,
+            };
+            jobs.push((g0, g1, head, head_eq));
             g0 = g1;
         }
-        let run =
-            |(g0, g1, o): (usize, usize, &mut [CmpShares])| self.sorted_chunk(g0..g1, points, offsets, o);
+        let run = |(g0, g1, l, e): (usize, usize, &mut [u64], Option<&mut [u64]>)| {
+            self.sorted_chunk(g0..g1, points, offsets, l, e)
+        };
         if jobs.len() == 1 {
             jobs.into_iter().for_each(run);
         } else {
@@ -350,24 +398,106 @@ impl BitDpfKeys {
         Ok(())
     }
 
+    /// The trie walk of [`BitDpfKeys::eval_sorted_bits`] for the keys in `groups`.
+    ///
+    /// The frontier is kept in point order. A node splits at level `i` exactly where two
+    /// neighbouring points first differ in bit `n − 1 − i`; those pairs are bucketed by that
+    /// bit once (a counting sort), so each level is a merge of the frontier with its bucket.
+    /// At a leaf, one prefix-XOR of the block answers every point in it.
     fn sorted_chunk(
         &self,
         groups: std::ops::Range<usize>,
         points: &[u64],
         offsets: &[usize],
-        out: &mut [CmpShares],
+        lt: &mut [u64],
+        mut eq: Option<&mut [u64]>,
     ) {
-        let base = offsets[groups.start];
+        // Word offset of each key's bits within this job.
+        let mut word_of = Vec::with_capacity(groups.len());
+        let mut w = 0usize;
+        for g in groups.clone() {
+            word_of.push(w);
+            w += (offsets[g + 1] - offsets[g]).div_ceil(64);
+        }
+        let g_first = groups.start;
+        let party = self.party.bit();
+        let mut leaf =
+            |g: usize, range: std::ops::Range<usize>, blk: u128, prev: u8, acc: u8, table: bool| {
+                let px = prefix_xor(blk);
+                // LT = acc ⊕ party ⊕ (parity of bits 0..=pos, or of the bits above pos).
+                let flip = if table {
+                    (blk.count_ones() & 1) as u64
+                } else {
+                    ((acc ^ party) as u64) ^ if prev == 1 { (blk.count_ones() & 1) as u64 } else { 0 }
+                };
+                let (base, w0) = (offsets[g], word_of[g - g_first]);
+                let (mut word, mut lt_acc, mut eq_acc) = (usize::MAX, 0u64, 0u64);
+                for p in range {
+                    let pos = (points[p] & 127) as u32;
+                    let (i, sh) = (w0 + (p - base) / 64, (p - base) % 64);
+                    if i != word {
+                        if word != usize::MAX {
+                            lt[word] |= lt_acc;
+                            if let Some(e) = eq.as_deref_mut() {
+                                e[word] |= eq_acc;
+                            }
+                        }
+                        (word, lt_acc, eq_acc) = (i, 0, 0);
+                    }
+                    lt_acc |= ((((px >> pos) as u64) & 1) ^ flip) << sh;
+                    eq_acc |= (((blk >> pos) as u64) & 1) << sh;
+                }
+                if word != usize::MAX {
+                    lt[word] |= lt_acc;
+                    if let Some(e) = eq.as_deref_mut() {
+                        e[word] |= eq_acc;
+                    }
+                }
+            };
         if self.params.is_table() {
             for g in groups {
-                for j in offsets[g]..offsets[g + 1] {
-                    out[j - base] = self.finish(points[j], self.leaf_cw[g][0], 0, 0);
-                }
+                leaf(g, offsets[g]..offsets[g + 1], self.leaf_cw[g][0], 0, 0, true);
             }
             return;
         }
         let (n, levels) = (self.params.domain_bits, self.params.levels());
         let prg = Prg::global();
+        // Pairs of neighbouring points (within a key) by the highest bit they differ in:
+        // split[start[b]..start[b+1]] holds the second points `j` of bit b's pairs, ascending.
+        let (lo_all, hi_all) = (offsets[groups.start], offsets[groups.end]);
+        let mut count = [0u32; 65];
+        // Pairs in one leaf block (differing below bit 7) never split.
+        let diff_bit = |j: usize| -> Option<usize> {
+            let d = points[j - 1] ^ points[j];
+            (d >> LEAF_BITS != 0).then(|| 63 - d.leading_zeros() as usize)
+        };
+        // A key's first point pairs with nothing.
+        let mut first_of: Vec<bool> = vec![false; hi_all - lo_all];
+        for g in groups.clone() {
+            if offsets[g] < hi_all {
+                first_of[offsets[g] - lo_all] = true;
+            }
+        }
+        for j in lo_all + 1..hi_all {
+            if !first_of[j - lo_all]
+                && let Some(b) = diff_bit(j)
+            {
+                count[b + 1] += 1;
+            }
+        }
+        for b in 0..64 {
+            count[b + 1] += count[b];
+        }
+        let mut fill = count;
+        let mut split = vec![0u32; count[64] as usize];
+        for j in lo_all + 1..hi_all {
+            if !first_of[j - lo_all]
+                && let Some(b) = diff_bit(j)
+            {
+                split[fill[b] as usize] = j as u32;
+                fill[b] += 1;
+            }
+        }
         let mut frontier: Vec<Node> = groups
             .filter(|&g| offsets[g] < offsets[g + 1])
             .map(|g| Node {
@@ -380,50 +510,56 @@ impl BitDpfKeys {
                 acc: 0,
             })
             .collect();
-        let mut children: [Vec<Node>; 2] = [Vec::new(), Vec::new()];
-        let mut sig: Vec<AesBlock> = Vec::new();
-        let mut enc: Vec<AesBlock> = Vec::new();
+        // Children in point order, with their direction and slot in that direction's batch.
+        let mut children: Vec<(Node, u8, u32)> = Vec::new();
+        let mut sig: [Vec<AesBlock>; 2] = [Vec::new(), Vec::new()];
+        let mut enc: [Vec<AesBlock>; 2] = [Vec::new(), Vec::new()];
         for i in 0..levels {
             let shift = n - 1 - i;
-            children[0].clear();
-            children[1].clear();
+            let bucket = &split[count[shift as usize] as usize..count[shift as usize + 1] as usize];
+            children.clear();
+            sig[0].clear();
+            sig[1].clear();
+            let mut sp = 0;
             for node in &frontier {
-                let range = &points[node.lo as usize..node.hi as usize];
-                let mid = node.lo + range.partition_point(|&p| (p >> shift) & 1 == 0) as u32;
-                if mid > node.lo {
-                    children[0].push(Node { hi: mid, ..*node });
+                while sp < bucket.len() && bucket[sp] <= node.lo {
+                    sp += 1;
                 }
-                if mid < node.hi {
-                    children[1].push(Node { lo: mid, ..*node });
+                let block = to_block(sigma(node.s));
+                let mut push = |child: Node, c: u8| {
+                    let slot = sig[c as usize].len() as u32;
+                    sig[c as usize].push(block);
+                    children.push((child, c, slot));
+                };
+                if sp < bucket.len() && bucket[sp] < node.hi {
+                    let j = bucket[sp];
+                    sp += 1;
+                    push(Node { hi: j, ..*node }, 0);
+                    push(Node { lo: j, ..*node }, 1);
+                } else {
+                    push(*node, ((points[node.lo as usize] >> shift) & 1) as u8);
                 }
             }
-            // Left children, padding, right children, padding (see `walk`).
-            let split = pad(children[0].len());
-            let end = split + pad(children[1].len());
-            sig.clear();
-            sig.extend(children[0].iter().map(|c| to_block(sigma(c.s))));
-            sig.resize(split, AesBlock::default());
-            sig.extend(children[1].iter().map(|c| to_block(sigma(c.s))));
-            sig.resize(end, AesBlock::default());
-            enc.resize(end, AesBlock::default());
-            prg.encrypt(HashKey::Left, &sig[..split], &mut enc[..split]);
-            prg.encrypt(HashKey::Right, &sig[split..end], &mut enc[split..end]);
+            for c in 0..2 {
+                let len = sig[c].len();
+                sig[c].resize(pad(len), AesBlock::default());
+                enc[c].resize(sig[c].len(), AesBlock::default());
+                let key = if c == 0 { HashKey::Left } else { HashKey::Right };
+                prg.encrypt(key, &sig[c], &mut enc[c]);
+            }
             let last = i == levels - 1;
             frontier.clear();
-            let slots = (0..children[0].len()).chain(split..split + children[1].len());
-            let nodes = children.iter().enumerate().flat_map(|(c, v)| v.iter().map(move |n| (c, n)));
-            for (j, (c, node)) in slots.zip(nodes) {
+            for &(node, c, slot) in &children {
                 let g = node.key as usize;
-                let a = from_block(&enc[j]) ^ from_block(&sig[j]);
-                let acc = node.acc ^ (node.t & (c as u8 != node.prev) as u8);
+                let (cu, k) = (c as usize, slot as usize);
+                let a = from_block(&enc[cu][k]) ^ from_block(&sig[cu][k]);
+                let acc = node.acc ^ (node.t & (c != node.prev) as u8);
                 if last {
-                    let blk = a ^ (self.leaf_cw[g][c] & (node.t as u128).wrapping_neg());
-                    for p in node.lo as usize..node.hi as usize {
-                        out[p - base] = self.finish(points[p], blk, c as u64, acc);
-                    }
+                    let blk = a ^ (self.leaf_cw[g][cu] & (node.t as u128).wrapping_neg());
+                    leaf(g, node.lo as usize..node.hi as usize, blk, c, acc, false);
                 } else {
                     let (s, t) = correct(a, node.t, self.tree.scw(i, g), self.tree.tcw(i, g, c as u64));
-                    frontier.push(Node { s, t, prev: c as u8, acc, ..*node });
+                    frontier.push(Node { s, t, prev: c, acc, ..node });
                 }
             }
         }
@@ -557,6 +693,25 @@ impl BitDpfKeys {
         r.finish()?;
         Ok(keys)
     }
+}
+
+/// Words of the bit-packed output of [`BitDpfKeys::eval_sorted_bits`] for these offsets:
+/// `Σ_g ⌈T_g/64⌉`.
+pub fn sorted_words(offsets: &[usize]) -> usize {
+    offsets.windows(2).map(|w| (w[1] - w[0]).div_ceil(64)).sum()
+}
+
+/// Bit `i` of the result is the XOR of bits `0..=i` of `x`.
+#[inline(always)]
+fn prefix_xor(mut x: u128) -> u128 {
+    x ^= x << 1;
+    x ^= x << 2;
+    x ^= x << 4;
+    x ^= x << 8;
+    x ^= x << 16;
+    x ^= x << 32;
+    x ^= x << 64;
+    x
 }
 
 /// A trie node: all points in `lo..hi` share the path so far.

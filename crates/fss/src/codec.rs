@@ -11,12 +11,13 @@
 //! offset  size  field
 //! 0       4     magic "FSSK"
 //! 4       1     format version (1)
-//! 5       1     kind (1 = DPF, 2 = 1-bit ET DPF, 3 = DCF)
+//! 5       1     kind (1 = DPF, 2 = 1-bit ET DPF, 3 = DCF, 4 = arithmetic DPF)
 //! 6       1     party (0 or 1)
 //! 7       1     domain bits n
 //! 8       1     output bits ℓ
 //! 9       2     payload words K (LE)
-//! 11      1     variant (DPF: leaf conversion, 0 = shifted, 1 = low bits; others 0)
+//! 11      1     variant (DPF: leaf conversion, 0 = shifted, 1 = low bits; arithmetic DPF:
+//!               early-terminated levels e; others 0)
 //! 12      4     number of keys in the batch (LE)
 //! 16      m     key material (bit stream, zero-padded to a byte)
 //! 16+m    4     CRC-32 of bytes 0..16+m (LE)
@@ -171,6 +172,7 @@ pub(crate) enum KeyKind {
     Dpf = 1,
     BitDpf = 2,
     Dcf = 3,
+    Adpf = 4,
 }
 
 impl KeyKind {
@@ -179,6 +181,7 @@ impl KeyKind {
             KeyKind::Dpf => "DPF",
             KeyKind::BitDpf => "1-bit DPF",
             KeyKind::Dcf => "DCF",
+            KeyKind::Adpf => "arithmetic DPF",
         }
     }
 }

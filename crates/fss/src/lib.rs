@@ -13,12 +13,13 @@
 //! | [`bitdpf`] | 1-bit DPF with early termination; `=`, `<`, `>` by prefix parity (§3.3, §4) |
 //! | [`compare`] | one key per masked wire answering many public thresholds (§6.1) |
 //! | [`dcf`] | BCG+21 comparison function with `K`-word vector payloads (§5) |
+//! | [`adpf`] | arithmetic DPF, early termination, `K`-word payloads, for lookup tables (§3.3) |
 //! | [`codec`] | bit-packed, versioned, checksummed key encoding |
 //! | [`rng`] | the dealer's OS-seeded CSPRNG |
 //!
-//! Keys come in batches (`DpfKeys`, `BitDpfKeys`, `DcfKeys`): many keys of one shape, stored
-//! level-major so that an evaluation walks all of them level by level and every AES call
-//! covers a whole tree level. Batches above 256 lanes run on the rayon pool.
+//! Keys come in batches (`DpfKeys`, `BitDpfKeys`, `DcfKeys`, `AdpfKeys`): many keys of one
+//! shape, stored level-major so that an evaluation walks all of them level by level and every
+//! AES call covers a whole tree level. Batches above 256 lanes run on the rayon pool.
 //!
 //! ```
 //! use fss::{dcf, rng::SeedableRng, share::AddShare};
@@ -34,6 +35,7 @@
 //! assert_eq!(AddShare::reconstruct(y0[1], y1[1], 64), 0);
 //! ```
 
+pub mod adpf;
 pub mod bitdpf;
 pub mod codec;
 pub mod compare;

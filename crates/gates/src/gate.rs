@@ -6,6 +6,9 @@ use crate::error::GateError;
 use crate::keyio::GateKey;
 use crate::online::Ctx;
 
+/// Both parties' keys, party 0's first.
+pub type KeyPair<K> = (K, K);
+
 /// A gate over vectors of elements in the masked-wire model: inputs `x̂_i = x_i + r_i`
 /// (mod `2^{input_bits[i]}`), output `ŷ = y + r_out` (mod `2^{output_bits}`). A 1-bit wire is
 /// a masked bit (`⊕` = `+` mod 2).
@@ -25,6 +28,13 @@ pub trait Gate {
 
     /// Number of output elements.
     fn output_len(&self) -> usize;
+
+    /// Width and length of every output wire, in the order the outputs, output masks and
+    /// reference values are concatenated. One wire of [`Gate::output_bits`] ×
+    /// [`Gate::output_len`] unless a gate has several outputs.
+    fn output_wires(&self) -> Vec<(u32, usize)> {
+        vec![(self.output_bits(), self.output_len())]
+    }
 
     /// The public shape of the key (what [`GateKey::read`] needs).
     fn key_shape(&self) -> <Self::Key as GateKey>::Shape;

@@ -62,7 +62,8 @@ pub fn run<G: Gate, R: CryptoRng + ?Sized>(
     let masks: Vec<Vec<u64>> =
         gate.input_bits().iter().zip(gate.input_lens()).map(|(&b, l)| random_words(rng, l, b)).collect();
     let masks: Vec<&[u64]> = masks.iter().map(Vec::as_slice).collect();
-    let out = random_words(rng, gate.output_len(), gate.output_bits());
+    let out: Vec<u64> =
+        gate.output_wires().into_iter().flat_map(|(bits, len)| random_words(rng, len, bits)).collect();
     run_with_masks(gate, inputs, &masks, &out, rng)
 }
 
@@ -120,8 +121,12 @@ pub fn run_with_masks<G: Gate, R: CryptoRng + ?Sized>(
     if y0 != y1 {
         return Err(GateError::Desync("the parties opened different outputs"));
     }
-    let om = mask(gate.output_bits());
-    let outputs = y0.iter().zip(mask_out).map(|(&y, &r)| y.wrapping_sub(r) & om).collect();
+    let widths: Vec<u32> =
+        gate.output_wires().into_iter().flat_map(|(bits, len)| std::iter::repeat_n(bits, len)).collect();
+    check_len("outputs", widths.len(), y0.len())?;
+    check_len("output masks", widths.len(), mask_out.len())?;
+    let outputs =
+        y0.iter().zip(mask_out).zip(&widths).map(|((&y, &r), &b)| y.wrapping_sub(r) & mask(b)).collect();
     Ok(Report {
         outputs,
         expected: gate.reference(inputs),

@@ -38,6 +38,7 @@ pub mod rsqrt;
 pub mod select;
 pub mod shift;
 pub mod softmax;
+pub mod unary;
 
 pub use error::GateError;
 pub use gate::Gate;

@@ -17,11 +17,11 @@ use zeroize::{Zeroize, ZeroizeOnDrop};
 use crate::arith::{Mul, MulKey, check_inputs, check_party};
 use crate::dealer::{random_words, share};
 use crate::error::{GateError, check_len};
-use crate::gate::Gate;
+use crate::gate::{Gate, KeyPair};
 use crate::keyio::{GateKey, get_words, key_debug, put_words};
 use crate::online::Ctx;
-use crate::rsqrt::{Rsqrt, RsqrtKey};
-use crate::shift::{ArsSlack, ArsSlackKey, ShiftExact, ShiftExactKey, party_term};
+use crate::shift::{ArsSlack, ArsSlackKey, party_term};
+use crate::unary::{KeyOf, SigmaRsqrt, SigmaShift, UnaryFamily};
 
 /// `V_i = Σ_j x_ij²` over the rows of a `rows × cols` matrix: each party sums its shares of
 /// the squares before the one opening per row. One round.
@@ -161,9 +161,12 @@ impl Gate for SumSq {
 
 /// Row-wise LayerNorm (`normalize` = true) or RMSNorm (false) of a `rows × cols` matrix at
 /// scale `s`, with a public gain `γ` (scale `s`) and, for LayerNorm, bias `β` (scale `2s`):
-/// `y = ⌊(γ·⌊(x − μ)·ρ / 2^s⌋ + β) / 2^s⌋`, `ρ ≈ 2^s / σ` from [`Rsqrt`].
+/// `y = ⌊(γ·⌊(x − μ)·ρ / 2^s⌋ + β) / 2^s⌋`, `ρ ≈ 2^s / σ`.
+///
+/// The mean's exact shift and the reciprocal square root come from the families `M` and
+/// `Q`: SIGMA's protocols by default, compiled specs in the FuseFSS composite.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Norm {
+pub struct Norm<M = SigmaShift, Q = SigmaRsqrt> {
     /// Ring width.
     pub bits: u32,
     /// Fixed-point scale.
@@ -178,24 +181,31 @@ pub struct Norm {
     pub gamma: Arc<[u64]>,
     /// Bias, `cols` words at scale `2s` (ignored for RMSNorm).
     pub beta: Arc<[u64]>,
+    /// `⌊x / 2^k⌋` of a signed row sum, `k` = [`Norm::mean_shift`].
+    pub mean: M,
+    /// `2^s/√(v/cols)` for a sum of squares `v` at scale `2s`.
+    pub rsqrt: Q,
 }
 
-/// A party's [`Norm`] key.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
-pub struct NormKey {
-    #[zeroize(skip)]
+/// A party's [`Norm`] key (its parts zeroize themselves).
+pub struct NormKey<M: UnaryFamily, Q: UnaryFamily> {
     party: Party,
-    mean: Option<ShiftExactKey>,
+    mean: Option<KeyOf<M>>,
     sumsq: SumSqKey,
-    rsqrt: RsqrtKey,
+    rsqrt: KeyOf<Q>,
     mul: MulKey,
     ars1: ArsSlackKey,
     ars2: ArsSlackKey,
 }
-key_debug!(NormKey);
 
-impl GateKey for NormKey {
-    type Shape = Norm;
+impl<M: UnaryFamily, Q: UnaryFamily> std::fmt::Debug for NormKey<M, Q> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NormKey").field("party", &self.party).finish_non_exhaustive()
+    }
+}
+
+impl<M: UnaryFamily, Q: UnaryFamily> GateKey for NormKey<M, Q> {
+    type Shape = Norm<M, Q>;
 
     fn party(&self) -> Party {
         self.party
@@ -212,14 +222,18 @@ impl GateKey for NormKey {
         self.ars2.write(w);
     }
 
-    fn read(s: &Norm, party: Party, r: &mut BitReader<'_>) -> Result<NormKey, DecodeError> {
+    fn read(s: &Norm<M, Q>, party: Party, r: &mut BitReader<'_>) -> Result<NormKey<M, Q>, DecodeError> {
         let bad = |_| DecodeError::InvalidField("norm shape");
-        let mean = if s.normalize { Some(ShiftExactKey::read(&s.mean(), party, r)?) } else { None };
+        let mean = if s.normalize {
+            Some(KeyOf::<M>::read(&s.mean_gate().map_err(bad)?.key_shape(), party, r)?)
+        } else {
+            None
+        };
         Ok(NormKey {
             party,
             mean,
             sumsq: SumSqKey::read(&s.sumsq(), party, r)?,
-            rsqrt: RsqrtKey::read(&s.rsqrt().map_err(bad)?, party, r)?,
+            rsqrt: KeyOf::<Q>::read(&s.rsqrt_gate().map_err(bad)?.key_shape(), party, r)?,
             mul: MulKey::read(&s.mul(), party, r)?,
             ars1: ArsSlackKey::read(&s.ars(), party, r)?,
             ars2: ArsSlackKey::read(&s.ars(), party, r)?,
@@ -228,7 +242,7 @@ impl GateKey for NormKey {
 }
 
 impl Norm {
-    /// A LayerNorm with public `gamma` (scale s) and `beta` (scale 2s).
+    /// SIGMA's LayerNorm with public `gamma` (scale s) and `beta` (scale 2s).
     ///
     /// # Errors
     /// [`GateError::Params`] if the parameter vectors do not have `cols` entries.
@@ -240,12 +254,12 @@ impl Norm {
         gamma: Arc<[u64]>,
         beta: Arc<[u64]>,
     ) -> Result<Norm, GateError> {
-        let n = Norm { bits, scale, rows, cols, normalize: true, gamma, beta };
-        n.check()?;
-        Ok(n)
+        let mean = SigmaShift { bits, shift: Norm::mean_shift(scale, cols) };
+        let rsqrt = SigmaRsqrt { bits, scale, d: cols as u64 };
+        Norm::with(bits, scale, rows, cols, true, gamma, beta, mean, rsqrt)
     }
 
-    /// An RMSNorm with public `gamma` (scale s).
+    /// SIGMA's RMSNorm with public `gamma` (scale s).
     ///
     /// # Errors
     /// [`GateError::Params`] if `gamma` does not have `cols` entries.
@@ -257,7 +271,37 @@ impl Norm {
         gamma: Arc<[u64]>,
     ) -> Result<Norm, GateError> {
         let beta: Arc<[u64]> = vec![0; cols].into();
-        let n = Norm { bits, scale, rows, cols, normalize: false, gamma, beta };
+        let mean = SigmaShift { bits, shift: Norm::mean_shift(scale, cols) };
+        let rsqrt = SigmaRsqrt { bits, scale, d: cols as u64 };
+        Norm::with(bits, scale, rows, cols, false, gamma, beta, mean, rsqrt)
+    }
+
+    /// The shift of the row mean: `log2 cols` for a power of two, else `scale` (the sum is
+    /// first multiplied by `⌊2^scale / cols⌋`); at least 1.
+    pub fn mean_shift(scale: u32, cols: usize) -> u32 {
+        let k = if cols.is_power_of_two() { cols.trailing_zeros() } else { scale };
+        k.max(1)
+    }
+}
+
+impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
+    /// A normalisation with the given mean shift and reciprocal square root.
+    ///
+    /// # Errors
+    /// [`GateError::Params`] if the parameter vectors do not have `cols` entries.
+    #[allow(clippy::too_many_arguments)]
+    pub fn with(
+        bits: u32,
+        scale: u32,
+        rows: usize,
+        cols: usize,
+        normalize: bool,
+        gamma: Arc<[u64]>,
+        beta: Arc<[u64]>,
+        mean: M,
+        rsqrt: Q,
+    ) -> Result<Norm<M, Q>, GateError> {
+        let n = Norm { bits, scale, rows, cols, normalize, gamma, beta, mean, rsqrt };
         n.check()?;
         Ok(n)
     }
@@ -280,16 +324,16 @@ impl Norm {
         }
     }
 
-    fn mean(&self) -> ShiftExact {
-        ShiftExact { bits: self.bits, shift: self.mean_factor().1.max(1), signed: true, len: self.rows }
+    fn mean_gate(&self) -> Result<M::Gate, GateError> {
+        self.mean.gate(self.rows)
     }
 
     fn sumsq(&self) -> SumSq {
         SumSq { bits: self.bits, rows: self.rows, cols: self.cols }
     }
 
-    fn rsqrt(&self) -> Result<Rsqrt, GateError> {
-        Rsqrt::new(self.bits, self.scale, self.cols as u64, self.rows)
+    fn rsqrt_gate(&self) -> Result<Q::Gate, GateError> {
+        self.rsqrt.gate(self.rows)
     }
 
     fn mul(&self) -> Mul {
@@ -339,12 +383,12 @@ impl Norm {
         r: &[u64],
         rout: &[u64],
         rng: &mut R,
-    ) -> Result<(NormKey, NormKey), GateError> {
+    ) -> Result<KeyPair<NormKey<M, Q>>, GateError> {
         self.check()?;
         let (b, rows) = (self.bits, self.rows);
         let (mean, rt) = if self.normalize {
             let rmu = random_words(rng, rows, b);
-            let (m0, m1) = self.mean().deal(&self.row_sums(r), &rmu, rng)?;
+            let (m0, m1) = self.mean_gate()?.keygen(&[&self.row_sums(r)], &rmu, rng)?;
             (Some((m0, m1)), self.centre(r, &rmu))
         } else {
             (None, r.to_vec())
@@ -352,7 +396,7 @@ impl Norm {
         let rv = random_words(rng, rows, b);
         let (s0, s1) = self.sumsq().deal(&rt, &rv, rng)?;
         let rrho = random_words(rng, rows, b);
-        let (q0, q1) = self.rsqrt()?.deal(&rv, &rrho, rng)?;
+        let (q0, q1) = self.rsqrt_gate()?.keygen(&[&rv], &rrho, rng)?;
         let rz = random_words(rng, rows * self.cols, b);
         let (p0, p1) = self.mul().keygen(&[&rt, &self.broadcast(&rrho)], &rz, rng)?;
         let ru = random_words(rng, rows * self.cols, b);
@@ -372,17 +416,17 @@ impl Norm {
     ///
     /// # Errors
     /// As [`Gate::eval`].
-    pub async fn run(&self, ctx: &Ctx, key: &NormKey, xh: &[u64]) -> Result<Vec<u64>, GateError> {
+    pub async fn run(&self, ctx: &Ctx, key: &NormKey<M, Q>, xh: &[u64]) -> Result<Vec<u64>, GateError> {
         self.check()?;
         let t = match &key.mean {
             Some(k) => {
-                let mu = self.mean().run(ctx, k, &self.row_sums(xh)).await?;
+                let mu = self.mean_gate()?.eval(ctx, k, &[&self.row_sums(xh)]).await?;
                 self.centre(xh, &mu)
             }
             None => xh.to_vec(),
         };
         let v = self.sumsq().run(ctx, &key.sumsq, &t).await?;
-        let rho = self.rsqrt()?.run(ctx, &key.rsqrt, &v).await?;
+        let rho = self.rsqrt_gate()?.eval(ctx, &key.rsqrt, &[&v]).await?;
         let z = self.mul().eval(ctx, &key.mul, &[&t, &self.broadcast(&rho)]).await?;
         let u = self.ars().run(ctx, &key.ars1, &z).await?;
         self.ars().run(ctx, &key.ars2, &self.affine(&u, true)).await
@@ -394,15 +438,13 @@ impl Norm {
     /// If the shape is invalid (checked by `keygen` and `eval` first).
     pub fn plain(&self, x: &[u64]) -> Vec<u64> {
         let t = if self.normalize {
-            let mean = self.mean();
-            let mu: Vec<u64> = self.row_sums(x).iter().map(|&s| mean.reference(&[&[s]])[0]).collect();
+            let mu = self.mean_gate().expect("checked shape").reference(&[&self.row_sums(x)]);
             self.centre(x, &mu)
         } else {
             x.to_vec()
         };
         let v = self.sumsq().reference(&[&t]);
-        let rsqrt = self.rsqrt().expect("checked shape");
-        let rho: Vec<u64> = v.iter().map(|&v| rsqrt.plain(v)).collect();
+        let rho = self.rsqrt_gate().expect("checked shape").reference(&[&v]);
         let z: Vec<u64> =
             t.iter().zip(self.broadcast(&rho)).map(|(&a, b)| a.wrapping_mul(b) & mask(self.bits)).collect();
         let ars = ArsSlack { len: 1, ..self.ars() };
@@ -411,8 +453,8 @@ impl Norm {
     }
 }
 
-impl Gate for Norm {
-    type Key = NormKey;
+impl<M: UnaryFamily, Q: UnaryFamily> Gate for Norm<M, Q> {
+    type Key = NormKey<M, Q>;
 
     fn input_bits(&self) -> Vec<u32> {
         vec![self.bits]
@@ -430,7 +472,7 @@ impl Gate for Norm {
         self.rows * self.cols
     }
 
-    fn key_shape(&self) -> Norm {
+    fn key_shape(&self) -> Norm<M, Q> {
         self.clone()
     }
 
@@ -439,13 +481,13 @@ impl Gate for Norm {
         masks_in: &[&[u64]],
         mask_out: &[u64],
         rng: &mut R,
-    ) -> Result<(NormKey, NormKey), GateError> {
+    ) -> Result<KeyPair<NormKey<M, Q>>, GateError> {
         check_inputs(masks_in, &self.input_lens())?;
         check_len("output mask", self.rows * self.cols, mask_out.len())?;
         self.deal(masks_in[0], mask_out, rng)
     }
 
-    async fn eval(&self, ctx: &Ctx, key: &NormKey, inputs: &[&[u64]]) -> Result<Vec<u64>, GateError> {
+    async fn eval(&self, ctx: &Ctx, key: &NormKey<M, Q>, inputs: &[&[u64]]) -> Result<Vec<u64>, GateError> {
         check_inputs(inputs, &self.input_lens())?;
         check_party(ctx, key.party)?;
         self.run(ctx, key, inputs[0]).await

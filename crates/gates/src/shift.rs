@@ -536,3 +536,120 @@ unary_gate!(ShiftExact, ShiftExactKey, |g: &ShiftExact| g.bits, |g: &ShiftExact,
         x >> g.shift
     }
 });
+
+/// SIGMA's counterpart of an exact ARS that also yields the sign: its exact shift
+/// ([`ShiftExact`]) and a DReLU on the same input, run side by side (their first rounds
+/// share an exchange). Outputs: `⌊x / 2^s⌋` in `Z_{2^n}`, then the bit `1{x ≥ 0}`.
+/// Four rounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArsSign {
+    /// Ring width `n`.
+    pub bits: u32,
+    /// Shift `s`, `1 ≤ s < n`.
+    pub shift: u32,
+    /// Elements.
+    pub len: usize,
+}
+
+/// A party's [`ArsSign`] key.
+#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+pub struct ArsSignKey {
+    #[zeroize(skip)]
+    party: Party,
+    shift: ShiftExactKey,
+    sign: crate::cmp::DreluKey,
+}
+key_debug!(ArsSignKey);
+
+impl GateKey for ArsSignKey {
+    type Shape = ArsSign;
+
+    fn party(&self) -> Party {
+        self.party
+    }
+
+    fn write(&self, w: &mut BitWriter) {
+        self.shift.write(w);
+        self.sign.write(w);
+    }
+
+    fn read(s: &ArsSign, party: Party, r: &mut BitReader<'_>) -> Result<ArsSignKey, DecodeError> {
+        let shift = ShiftExactKey::read(&s.ars(), party, r)?;
+        let sign = crate::cmp::DreluKey::read(&s.drelu(), party, r)?;
+        Ok(ArsSignKey { party, shift, sign })
+    }
+}
+
+impl ArsSign {
+    fn ars(&self) -> ShiftExact {
+        ShiftExact { bits: self.bits, shift: self.shift, signed: true, len: self.len }
+    }
+
+    fn drelu(&self) -> crate::cmp::Drelu {
+        crate::cmp::Drelu { bits: self.bits, len: self.len }
+    }
+}
+
+impl Gate for ArsSign {
+    type Key = ArsSignKey;
+
+    fn input_bits(&self) -> Vec<u32> {
+        vec![self.bits]
+    }
+
+    fn input_lens(&self) -> Vec<usize> {
+        vec![self.len]
+    }
+
+    fn output_bits(&self) -> u32 {
+        self.bits
+    }
+
+    fn output_len(&self) -> usize {
+        2 * self.len
+    }
+
+    fn output_wires(&self) -> Vec<(u32, usize)> {
+        vec![(self.bits, self.len), (1, self.len)]
+    }
+
+    fn key_shape(&self) -> ArsSign {
+        *self
+    }
+
+    fn keygen<R: CryptoRng + ?Sized>(
+        &self,
+        masks_in: &[&[u64]],
+        mask_out: &[u64],
+        rng: &mut R,
+    ) -> Result<(ArsSignKey, ArsSignKey), GateError> {
+        check_inputs(masks_in, &self.input_lens())?;
+        check_len("output masks", 2 * self.len, mask_out.len())?;
+        let (a0, a1) = self.ars().deal(masks_in[0], &mask_out[..self.len], rng)?;
+        let (d0, d1) = self.drelu().deal(masks_in[0], &mask_out[self.len..], rng)?;
+        Ok((
+            ArsSignKey { party: Party::P0, shift: a0, sign: d0 },
+            ArsSignKey { party: Party::P1, shift: a1, sign: d1 },
+        ))
+    }
+
+    async fn eval(&self, ctx: &Ctx, key: &ArsSignKey, inputs: &[&[u64]]) -> Result<Vec<u64>, GateError> {
+        check_inputs(inputs, &self.input_lens())?;
+        check_party(ctx, key.party)?;
+        let drelu = self.drelu();
+        let (y, s) = crate::online::join(
+            self.ars().run(ctx, &key.shift, inputs[0]),
+            drelu.eval(ctx, &key.sign, inputs),
+        )
+        .await;
+        let mut out = y?;
+        out.extend(s?);
+        Ok(out)
+    }
+
+    fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
+        let mut out = self.ars().reference(inputs);
+        out.extend(self.drelu().reference(inputs));
+        out
+    }
+}

@@ -7,22 +7,25 @@ use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
 use fss::rng::CryptoRng;
 use fss::{DecodeError, Party};
-use zeroize::{Zeroize, ZeroizeOnDrop};
+use zeroize::Zeroize;
 
 use crate::arith::{Mul, MulKey, check_inputs, check_party};
 use crate::cmp::{MaxTree, MaxTreeKey};
 use crate::dealer::{random_words, share};
 use crate::error::{GateError, check_len};
-use crate::gate::Gate;
-use crate::keyio::{GateKey, get_words, key_debug, put_words};
-use crate::nonlinear::{NExp, NExpKey, Reciprocal, ReciprocalKey};
+use crate::gate::{Gate, KeyPair};
+use crate::keyio::{GateKey, get_words, put_words};
 use crate::online::{Ctx, join};
 use crate::shift::{ArsSlack, ArsSlackKey};
+use crate::unary::{KeyOf, SigmaNExp, SigmaReciprocal, UnaryFamily};
 
 /// Row-wise softmax of a `rows × cols` matrix at scale `scale` in `Z_{2^bits}`. Inputs must
 /// fit `cmp_bits − 1` bits as signed values (so that row differences fit `cmp_bits`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Softmax {
+///
+/// `e^{−x}` and the reciprocal come from the families `E` and `R`: SIGMA's protocols by
+/// default ([`Softmax::sigma`]), compiled specs in the FuseFSS composite.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Softmax<E = SigmaNExp, Q = SigmaReciprocal> {
     /// Ring width.
     pub bits: u32,
     /// Width of the max tree's comparisons (SIGMA's mode 1: `bits − scale + 1`).
@@ -35,27 +38,48 @@ pub struct Softmax {
     pub cols: usize,
     /// Causal mask: row `i` attends to columns `0..=i` (requires `rows = cols`).
     pub causal: bool,
+    /// `e^{−x}` for `x ≥ 0` that fits `cmp_bits + 1` bits, output at `scale`.
+    pub exp: E,
+    /// `1/S` for a row sum `1 ≤ S ≤ cols` at `scale`.
+    pub recip: Q,
 }
 
-/// A party's [`Softmax`] key.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
-pub struct SoftmaxKey {
-    #[zeroize(skip)]
+impl Softmax {
+    /// SIGMA's softmax.
+    pub fn sigma(bits: u32, cmp_bits: u32, scale: u32, rows: usize, cols: usize, causal: bool) -> Softmax {
+        let exp = SigmaNExp { bits, cmp_bits: (cmp_bits + 1).min(bits), scale };
+        let recip = SigmaReciprocal { bits, scale };
+        Softmax { bits, cmp_bits, scale, rows, cols, causal, exp, recip }
+    }
+}
+
+/// A party's [`Softmax`] key (its parts zeroize themselves).
+pub struct SoftmaxKey<E: UnaryFamily, Q: UnaryFamily> {
     party: Party,
-    #[zeroize(skip)]
     bits: u32,
     max: MaxTreeKey,
-    exp: NExpKey,
-    recip: ReciprocalKey,
+    exp: KeyOf<E>,
+    recip: KeyOf<Q>,
     mul: MulKey,
     ars: ArsSlackKey,
     /// Shares of the output masks of the masked-out (constant 0) entries.
     zeros: Vec<u64>,
 }
-key_debug!(SoftmaxKey);
 
-impl GateKey for SoftmaxKey {
-    type Shape = Softmax;
+impl<E: UnaryFamily, Q: UnaryFamily> Drop for SoftmaxKey<E, Q> {
+    fn drop(&mut self) {
+        self.zeros.zeroize();
+    }
+}
+
+impl<E: UnaryFamily, Q: UnaryFamily> std::fmt::Debug for SoftmaxKey<E, Q> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SoftmaxKey").field("party", &self.party).finish_non_exhaustive()
+    }
+}
+
+impl<E: UnaryFamily, Q: UnaryFamily> GateKey for SoftmaxKey<E, Q> {
+    type Shape = Softmax<E, Q>;
 
     fn party(&self) -> Party {
         self.party
@@ -70,15 +94,15 @@ impl GateKey for SoftmaxKey {
         put_words(w, &self.zeros, self.bits);
     }
 
-    fn read(s: &Softmax, party: Party, r: &mut BitReader<'_>) -> Result<SoftmaxKey, DecodeError> {
+    fn read(s: &Softmax<E, Q>, party: Party, r: &mut BitReader<'_>) -> Result<SoftmaxKey<E, Q>, DecodeError> {
         let bad = |_| DecodeError::InvalidField("softmax shape");
         let v = s.valid().len();
         Ok(SoftmaxKey {
             party,
             bits: s.bits,
             max: MaxTreeKey::read(&s.tree(), party, r)?,
-            exp: NExpKey::read(&s.nexp(v).map_err(bad)?, party, r)?,
-            recip: ReciprocalKey::read(&s.recip().map_err(bad)?, party, r)?,
+            exp: KeyOf::<E>::read(&s.nexp(v).map_err(bad)?.key_shape(), party, r)?,
+            recip: KeyOf::<Q>::read(&s.recip().map_err(bad)?.key_shape(), party, r)?,
             mul: MulKey::read(&s.mul(v), party, r)?,
             ars: ArsSlackKey::read(&s.ars(v), party, r)?,
             zeros: get_words(r, s.rows * s.cols - v, s.bits)?,
@@ -86,7 +110,7 @@ impl GateKey for SoftmaxKey {
     }
 }
 
-impl Softmax {
+impl<E: UnaryFamily, Q: UnaryFamily> Softmax<E, Q> {
     fn check(&self) -> Result<(), GateError> {
         if (self.causal && self.rows != self.cols)
             || self.cols == 0
@@ -125,12 +149,12 @@ impl Softmax {
         MaxTree { bits: self.bits, cmp_bits: self.cmp_bits, row_lens: self.row_lens() }
     }
 
-    fn nexp(&self, len: usize) -> Result<NExp, GateError> {
-        NExp::new(self.bits, (self.cmp_bits + 1).min(self.bits), self.scale, len)
+    fn nexp(&self, len: usize) -> Result<E::Gate, GateError> {
+        self.exp.gate(len)
     }
 
-    fn recip(&self) -> Result<Reciprocal, GateError> {
-        Reciprocal::new(self.bits, self.scale, self.rows)
+    fn recip(&self) -> Result<Q::Gate, GateError> {
+        self.recip.gate(self.rows)
     }
 
     fn mul(&self, len: usize) -> Mul {
@@ -158,7 +182,7 @@ impl Softmax {
         r: &[u64],
         rout: &[u64],
         rng: &mut R,
-    ) -> Result<(SoftmaxKey, SoftmaxKey), GateError> {
+    ) -> Result<KeyPair<SoftmaxKey<E, Q>>, GateError> {
         self.check()?;
         check_len("softmax masks", self.rows * self.cols, r.len())?;
         check_len("softmax output masks", self.rows * self.cols, rout.len())?;
@@ -168,9 +192,9 @@ impl Softmax {
         let (x0, x1, rmax) = self.tree().deal(&rv, None, rng)?;
         let rt: Vec<u64> = rv.iter().zip(&rows_of).map(|(&x, &row)| rmax[row].wrapping_sub(x) & m).collect();
         let re = random_words(rng, valid.len(), b);
-        let (e0, e1) = self.nexp(valid.len())?.deal(&rt, &re, rng)?;
+        let (e0, e1) = self.nexp(valid.len())?.keygen(&[&rt], &re, rng)?;
         let rinv = random_words(rng, self.rows, b);
-        let (i0, i1) = self.recip()?.deal(&self.row_sums(&re, &rows_of), &rinv, rng)?;
+        let (i0, i1) = self.recip()?.keygen(&[&self.row_sums(&re, &rows_of)], &rinv, rng)?;
         let rib: Vec<u64> = rows_of.iter().map(|&row| rinv[row]).collect();
         let rz = random_words(rng, valid.len(), b);
         let (m0, m1) = self.mul(valid.len()).keygen(&[&rib, &re], &rz, rng)?;
@@ -206,15 +230,15 @@ impl Softmax {
     ///
     /// # Errors
     /// As [`Gate::eval`].
-    pub async fn run(&self, ctx: &Ctx, key: &SoftmaxKey, xh: &[u64]) -> Result<Vec<u64>, GateError> {
+    pub async fn run(&self, ctx: &Ctx, key: &SoftmaxKey<E, Q>, xh: &[u64]) -> Result<Vec<u64>, GateError> {
         self.check()?;
         let (valid, rows_of, b) = (self.valid(), self.rows_of_valid(), self.bits);
         let m = mask(b);
         let xv: Vec<u64> = valid.iter().map(|&i| xh[i]).collect();
         let mx = self.tree().run(ctx, &key.max, &xv).await?;
         let t: Vec<u64> = xv.iter().zip(&rows_of).map(|(&x, &row)| mx[row].wrapping_sub(x) & m).collect();
-        let e = self.nexp(valid.len())?.run(ctx, &key.exp, &t).await?;
-        let inv = self.recip()?.run(ctx, &key.recip, &self.row_sums(&e, &rows_of)).await?;
+        let e = self.nexp(valid.len())?.eval(ctx, &key.exp, &[&t]).await?;
+        let inv = self.recip()?.eval(ctx, &key.recip, &[&self.row_sums(&e, &rows_of)]).await?;
         let ib: Vec<u64> = rows_of.iter().map(|&row| inv[row]).collect();
         let z = self.mul(valid.len()).eval(ctx, &key.mul, &[&ib, &e]).await?;
         // The constant entries are opened alongside the truncation's first round.
@@ -239,10 +263,8 @@ impl Softmax {
         let xv: Vec<u64> = valid.iter().map(|&i| x[i]).collect();
         let mx = self.tree().plain(&xv);
         let t: Vec<u64> = xv.iter().zip(&rows_of).map(|(&x, &row)| mx[row].wrapping_sub(x) & m).collect();
-        let nexp = self.nexp(1).expect("checked shape");
-        let e: Vec<u64> = t.iter().map(|&v| nexp.plain(v)).collect();
-        let recip = self.recip().expect("checked shape");
-        let inv: Vec<u64> = self.row_sums(&e, &rows_of).iter().map(|&d| recip.plain(d)).collect();
+        let e = self.nexp(t.len()).expect("checked shape").reference(&[&t]);
+        let inv = self.recip().expect("checked shape").reference(&[&self.row_sums(&e, &rows_of)]);
         let ars = self.ars(1);
         let mut out = vec![0u64; self.rows * self.cols];
         for (k, &i) in valid.iter().enumerate() {
@@ -253,8 +275,8 @@ impl Softmax {
     }
 }
 
-impl Gate for Softmax {
-    type Key = SoftmaxKey;
+impl<E: UnaryFamily, Q: UnaryFamily> Gate for Softmax<E, Q> {
+    type Key = SoftmaxKey<E, Q>;
 
     fn input_bits(&self) -> Vec<u32> {
         vec![self.bits]
@@ -272,8 +294,8 @@ impl Gate for Softmax {
         self.rows * self.cols
     }
 
-    fn key_shape(&self) -> Softmax {
-        *self
+    fn key_shape(&self) -> Softmax<E, Q> {
+        self.clone()
     }
 
     fn keygen<R: CryptoRng + ?Sized>(
@@ -281,12 +303,17 @@ impl Gate for Softmax {
         masks_in: &[&[u64]],
         mask_out: &[u64],
         rng: &mut R,
-    ) -> Result<(SoftmaxKey, SoftmaxKey), GateError> {
+    ) -> Result<KeyPair<SoftmaxKey<E, Q>>, GateError> {
         check_inputs(masks_in, &self.input_lens())?;
         self.deal(masks_in[0], mask_out, rng)
     }
 
-    async fn eval(&self, ctx: &Ctx, key: &SoftmaxKey, inputs: &[&[u64]]) -> Result<Vec<u64>, GateError> {
+    async fn eval(
+        &self,
+        ctx: &Ctx,
+        key: &SoftmaxKey<E, Q>,
+        inputs: &[&[u64]],
+    ) -> Result<Vec<u64>, GateError> {
         check_inputs(inputs, &self.input_lens())?;
         check_party(ctx, key.party)?;
         self.run(ctx, key, inputs[0]).await

@@ -11,7 +11,7 @@ use fss::ring::mask;
 use fss::rng::{DealerRng, Rng};
 use gates::cmp::{Drelu, Interval, Relu, RowMax};
 use gates::lut::Lut;
-use gates::shift::{ArsSlack, Extend, ShiftExact, TruncReduce};
+use gates::shift::{ArsSign, ArsSlack, Extend, ShiftExact, TruncReduce};
 
 /// Every input of `bits` bits under every edge mask: (inputs, masks).
 fn all_inputs(bits: u32, r: &mut DealerRng) -> (Vec<u64>, Vec<u64>) {
@@ -104,6 +104,12 @@ fn shifts_exhaustive_small() {
             let rep = check(&g, &[&x[..]], &[&m[..]], &out, &mut r);
             assert_eq!(rep.stats[0].rounds, 4);
         }
+        // The exact shift and the sign side by side: still four rounds.
+        let mut out = words(&mut r, len, bits);
+        out.extend(words(&mut r, len, 1));
+        let rep = check(&ArsSign { bits, shift, len }, &[&x[..]], &[&m[..]], &out, &mut r);
+        assert_eq!(rep.stats[0].rounds, 4);
+        assert_eq!(rep.outputs.len(), 2 * len);
     }
     let (xs, ms) = slack_inputs(bits, &mut r);
     for shift in 1..=bits - 2 {

@@ -67,7 +67,7 @@ fn softmax_plain_and_causal() {
     let mut r = rng(32);
     for bits in [37u32, 50] {
         for (rows, cols, causal) in [(6, 16, false), (16, 16, true), (2, 128, false), (5, 5, true)] {
-            let g = Softmax { bits, cmp_bits: bits - 12 + 1, scale: 12, rows, cols, causal };
+            let g = Softmax::sigma(bits, bits - 12 + 1, 12, rows, cols, causal);
             let x = signed_words(&mut r, rows * cols, bits, 10 << 12);
             let (m, out) = (words(&mut r, x.len(), bits), words(&mut r, x.len(), bits));
             let rep = check(&g, &[&x[..]], &[&m[..]], &out, &mut r);

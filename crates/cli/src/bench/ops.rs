@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
+use compiler::composite;
+use compiler::library::{self, Function, GeluForm};
+use compiler::{CmpBackend, CompileOptions, CompiledGate, LookupBackend, OperatorSpec, Program, compile};
 use fss::Ring;
 use fss::ring::mask;
 use fss::rng::{DealerRng, Rng};
@@ -19,8 +22,9 @@ use gates::nonlinear::{Activation, NExp, Reciprocal, ReluResidual, decode};
 use gates::norm::Norm;
 use gates::rsqrt::Rsqrt;
 use gates::select::Select;
-use gates::shift::{ArsSlack, ShiftExact, TruncReduce};
+use gates::shift::{ArsSign, ArsSlack, ShiftExact, TruncReduce};
 use gates::softmax::Softmax;
+use gates::unary::UnaryFamily;
 use serde::Serialize;
 
 use super::median;
@@ -30,6 +34,34 @@ use super::median;
 pub enum Impl {
     /// The SIGMA-style baseline (`crates/gates`).
     Sigma,
+    /// Operators compiled from specs (`crates/compiler`).
+    Fusefss,
+    /// Both, each operator's rows next to each other.
+    Both,
+}
+
+/// Packed-comparison keying of the compiled operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CmpChoice {
+    /// One key per wire, read at every threshold by prefix parity.
+    OneKey,
+    /// One key per threshold (the paper's artifact).
+    PerThreshold,
+}
+
+/// Interval-lookup backend of the compiled operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LookupChoice {
+    /// The smallest key among the backends that apply.
+    Auto,
+    /// Coefficient bits from the thermometer code.
+    StepBits,
+    /// Interval index and an arithmetic-DPF table.
+    IndexLut,
+    /// Reduced view: carry key and a table over the rows.
+    ReducedView,
+    /// DCF suffix sums (the paper's lookup).
+    Dcf,
 }
 
 /// Arguments of `fusefss bench ops`.
@@ -56,6 +88,20 @@ pub struct OpsBenchArgs {
     /// Only these operators (comma-separated names).
     #[arg(long, value_delimiter = ',')]
     ops: Option<Vec<String>>,
+    /// Packed comparison of the compiled operators.
+    #[arg(long, value_enum, default_value = "one-key")]
+    cmp: CmpChoice,
+    /// Interval lookup of the compiled operators.
+    #[arg(long, value_enum, default_value = "auto")]
+    lookup: LookupChoice,
+    /// Also measure the compiled operator of this spec file (JSON; see `fusefss fit`), as a
+    /// row named after the spec, on inputs spread over its whole domain.
+    #[arg(long)]
+    spec: Option<std::path::PathBuf>,
+    /// Key memory per party a compiled row may use; rows whose keys are larger run on fewer
+    /// elements (the row's `elements` says how many).
+    #[arg(long, default_value_t = 1 << 30)]
+    key_budget: u64,
     /// Print one JSON object per line instead of a table.
     #[arg(long)]
     json: bool,
@@ -79,32 +125,40 @@ struct Row {
     exact: bool,
     max_abs_err: Option<f64>,
     threads: usize,
+    /// Compiled rows: comparison keying, lookup backend and full-width mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    backend: Option<String>,
 }
 
-/// Every operator, in output order.
-const OPS: &[&str] = &[
-    "mul",
-    "select",
-    "drelu",
-    "relu",
-    "tr",
-    "ars_slack",
-    "ars_exact",
-    "lut8",
-    "gelu",
-    "gelu_mode0",
-    "silu",
-    "nexp",
-    "reciprocal",
-    "rsqrt",
-    "softmax",
-    "softmax_causal",
-    "layernorm",
-    "rmsnorm",
+/// Every operator, in output order, with the implementations that have it.
+const OPS: &[(&str, bool, bool)] = &[
+    // (name, sigma, fusefss)
+    ("mul", true, false),
+    ("select", true, false),
+    ("drelu", true, false),
+    ("relu", true, true),
+    ("tr", true, true),
+    ("ars_slack", true, false),
+    ("ars_exact", true, true),
+    ("ars_sign", true, true),
+    ("lut8", true, false),
+    ("gelu", true, true),
+    ("gelu_mode0", true, true),
+    ("gelu_tanh", false, true),
+    ("silu", true, true),
+    ("sigmoid", false, true),
+    ("tanh", false, true),
+    ("clip", false, true),
+    ("nexp", true, true),
+    ("reciprocal", true, true),
+    ("rsqrt", true, true),
+    ("softmax", true, true),
+    ("softmax_causal", true, true),
+    ("layernorm", true, true),
+    ("rmsnorm", true, true),
 ];
 
 pub fn run(args: OpsBenchArgs) -> anyhow::Result<()> {
-    let Impl::Sigma = args.implementation;
     anyhow::ensure!(
         args.reps > 0 && args.threads > 0 && args.elements > 0,
         "--reps, --threads and --elements must be positive"
@@ -113,15 +167,25 @@ pub fn run(args: OpsBenchArgs) -> anyhow::Result<()> {
         (2 * args.f + 10..=64).contains(&args.n) && args.f >= 8,
         "need 8 ≤ f and 2f + 10 ≤ n ≤ 64"
     );
-    if let Some(bad) = args.ops.iter().flatten().find(|o| !OPS.contains(&o.as_str())) {
-        bail!("unknown operator {bad:?}; known: {}", OPS.join(", "));
+    if let Some(bad) = args.ops.iter().flatten().find(|o| !OPS.iter().any(|(n, _, _)| n == o)) {
+        let names: Vec<&str> = OPS.iter().map(|o| o.0).collect();
+        bail!("unknown operator {bad:?}; known: {}", names.join(", "));
     }
+    let user_spec = match &args.spec {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            Some(OperatorSpec::from_json(&text).with_context(|| format!("spec {}", path.display()))?)
+        }
+        None => None,
+    };
     let pool = rayon::ThreadPoolBuilder::new().num_threads(args.threads).build()?;
     let mut rng = fss::rng::os_rng().context("the OS random number generator is unavailable")?;
     if !args.json {
         println!(
-            "{:<15} {:>9} {:>10} {:>10} {:>6} {:>12} {:>12} {:>6} {:>10}  shape",
+            "{:<15} {:<8} {:>9} {:>10} {:>10} {:>6} {:>12} {:>12} {:>6} {:>10}  shape",
             "op",
+            "impl",
             "elements",
             "key B/el",
             "comm B/el",
@@ -132,18 +196,14 @@ pub fn run(args: OpsBenchArgs) -> anyhow::Result<()> {
             "max err"
         );
     }
-    for &op in OPS {
-        if args.ops.as_ref().is_some_and(|o| !o.iter().any(|x| x == op)) {
-            continue;
-        }
-        let row =
-            pool.install(|| measure_op(op, &args, &mut rng)).with_context(|| format!("operator {op}"))?;
+    let print = |row: &Row| -> anyhow::Result<()> {
         if args.json {
-            println!("{}", serde_json::to_string(&row)?);
+            println!("{}", serde_json::to_string(row)?);
         } else {
             println!(
-                "{:<15} {:>9} {:>10.2} {:>10.2} {:>6} {:>12.1} {:>12.1} {:>6} {:>10}  {}",
+                "{:<15} {:<8} {:>9} {:>10.2} {:>10.2} {:>6} {:>12.1} {:>12.1} {:>6} {:>10}  {}{}",
                 row.op,
+                row.implementation,
                 row.elements,
                 row.key_bytes_per_elem,
                 row.comm_bytes_per_elem,
@@ -152,9 +212,39 @@ pub fn run(args: OpsBenchArgs) -> anyhow::Result<()> {
                 row.eval_ns_per_elem,
                 row.exact,
                 row.max_abs_err.map_or("-".into(), |e| format!("{e:.2e}")),
-                row.shape
+                row.shape,
+                row.backend.as_ref().map_or(String::new(), |b| format!(" [{b}]")),
             );
         }
+        Ok(())
+    };
+    let (sigma, fuse) = match args.implementation {
+        Impl::Sigma => (true, false),
+        Impl::Fusefss => (false, true),
+        Impl::Both => (true, true),
+    };
+    for &(op, has_sigma, has_fuse) in OPS {
+        if args.ops.as_ref().is_some_and(|o| !o.iter().any(|x| x == op)) {
+            continue;
+        }
+        if sigma && has_sigma {
+            let row = pool
+                .install(|| sigma_op(op, &args, &mut rng))
+                .with_context(|| format!("operator {op} (sigma)"))?;
+            print(&row)?;
+        }
+        if fuse && has_fuse {
+            let row = pool
+                .install(|| fusefss_op(op, &args, &mut rng))
+                .with_context(|| format!("operator {op} (fusefss)"))?;
+            print(&row)?;
+        }
+    }
+    if let Some(spec) = user_spec {
+        let row = pool
+            .install(|| user_op(&spec, &args, &mut rng))
+            .with_context(|| format!("spec {}", spec.name))?;
+        print(&row)?;
     }
     Ok(())
 }
@@ -202,7 +292,45 @@ fn scan_error(
         .fold(0.0, f64::max)
 }
 
-fn measure_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result<Row> {
+/// Activation inputs: mostly in `[−16, 16)`, every 16th anywhere in the `in_bits` range.
+fn activation_inputs(ring: Ring, rng: &mut DealerRng, e: usize, in_bits: u32, one: i64) -> Vec<u64> {
+    let mut x = signed(ring, rng, e, -16 * one, 16 * one);
+    let q = 1i64 << (in_bits - 2);
+    for v in x.iter_mut().step_by(16) {
+        *v = signed(ring, rng, 1, -q, q)[0];
+    }
+    x
+}
+
+fn nexp_inputs(rng: &mut DealerRng, e: usize, f: u32) -> Vec<u64> {
+    (0..e).map(|_| rng.next_u64() % (32 << f)).collect()
+}
+
+fn recip_inputs(rng: &mut DealerRng, e: usize, one: i64) -> Vec<u64> {
+    (0..e).map(|_| (one as u64) + rng.next_u64() % (127 * one as u64 + 1)).collect()
+}
+
+/// Sums of squares of `d` values at scale `2f` with σ in [0.1, 10].
+fn rsqrt_inputs(rng: &mut DealerRng, e: usize, f: u32, d: u64) -> Vec<u64> {
+    (0..e)
+        .map(|_| {
+            let sigma = 0.1 + (rng.next_u64() % 10_000) as f64 / 1000.0;
+            (sigma * sigma * d as f64 * (1u64 << (2 * f)) as f64) as u64
+        })
+        .collect()
+}
+
+fn rsqrt_error(x: &[u64], n: u32, f: u32, d: u64, plain: impl Fn(u64) -> u64) -> f64 {
+    x.iter()
+        .map(|&v| {
+            (decode(plain(v), n, f) - 1.0 / (v as f64 / d as f64 / (1u64 << (2 * f)) as f64).sqrt()).abs()
+        })
+        .fold(0.0, f64::max)
+}
+
+const RSQRT_D: u64 = 1024;
+
+fn sigma_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result<Row> {
     let (n, f, e) = (a.n, a.f, a.elements);
     let ring = Ring::new(n)?;
     let one = 1i64 << f;
@@ -244,6 +372,11 @@ fn measure_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
             let (r, k, t) = measure(&g, &[words(rng, e, n)], a.reps, rng)?;
             (r, k, t, format!("{e}"), None)
         }
+        "ars_sign" => {
+            let g = ArsSign { bits: n, shift: f, len: e };
+            let (r, k, t) = measure(&g, &[words(rng, e, n)], a.reps, rng)?;
+            (r, k, t, format!("{e}, exact ARS and DReLU side by side"), None)
+        }
         "lut8" => {
             let table: Arc<[u64]> = words(rng, 256, n).into();
             let g = Lut::new(8, n, e, table)?;
@@ -254,89 +387,73 @@ fn measure_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
             let act = if op == "silu" { Activation::Silu } else { Activation::Gelu };
             let in_bits = if op == "gelu" { m1 } else { n };
             let g = ReluResidual::new(act, n, in_bits, e)?;
-            let mut x = signed(ring, rng, e, -16 * one, 16 * one);
-            let q = 1i64 << (in_bits - 2);
-            for v in x.iter_mut().step_by(16) {
-                *v = signed(ring, rng, 1, -q, q)[0];
-            }
+            let x = activation_inputs(ring, rng, e, in_bits, one);
             let (r, k, t) = measure(&g, &[x], a.reps, rng)?;
             let err = scan_error(-16 * one, 16 * one, ring, f, |v| g.plain(v), |v| act.f64(v));
             (r, k, t, format!("{e}, input fits {in_bits} bits"), Some(err))
         }
         "nexp" => {
             let g = NExp::new(n, m1 + 2, f, e)?;
-            let x: Vec<u64> = (0..e).map(|_| rng.next_u64() % (32 << f)).collect();
-            let (r, k, t) = measure(&g, &[x], a.reps, rng)?;
+            let (r, k, t) = measure(&g, &[nexp_inputs(rng, e, f)], a.reps, rng)?;
             let err = scan_error(0, 32 * one, ring, f, |v| g.plain(v), |v| (-v).exp());
             (r, k, t, format!("{e}, x in [0, 32), clip test on {} bits", m1 + 2), Some(err))
         }
         "reciprocal" => {
             let g = Reciprocal::new(n, f, e)?;
-            let x: Vec<u64> =
-                (0..e).map(|_| (one as u64) + rng.next_u64() % (127 * one as u64 + 1)).collect();
-            let (r, k, t) = measure(&g, &[x], a.reps, rng)?;
+            let (r, k, t) = measure(&g, &[recip_inputs(rng, e, one)], a.reps, rng)?;
             let err = scan_error(one, 128 * one + 1, ring, f, |v| g.plain(v), |v| 1.0 / v);
             (r, k, t, format!("{e}, D in [1, 128]"), Some(err))
         }
         "rsqrt" => {
-            let d = 1024u64;
-            let g = Rsqrt::new(n, f, d, e)?;
-            // Sums of squares of 1024 values at scale 2f with σ in [0.1, 10].
-            let x: Vec<u64> = (0..e)
-                .map(|_| {
-                    let sigma = 0.1 + (rng.next_u64() % 10_000) as f64 / 1000.0;
-                    (sigma * sigma * d as f64 * (1u64 << (2 * f)) as f64) as u64
-                })
-                .collect();
-            let err = x
-                .iter()
-                .map(|&v| {
-                    (decode(g.plain(v), n, f) - 1.0 / (v as f64 / d as f64 / (1u64 << (2 * f)) as f64).sqrt())
-                        .abs()
-                })
-                .fold(0.0, f64::max);
+            let g = Rsqrt::new(n, f, RSQRT_D, e)?;
+            let x = rsqrt_inputs(rng, e, f, RSQRT_D);
+            let err = rsqrt_error(&x, n, f, RSQRT_D, |v| g.plain(v));
             let (r, k, t) = measure(&g, &[x], a.reps, rng)?;
-            (r, k, t, format!("{e}, d = {d}, sigma in [0.1, 10]"), Some(err))
+            (r, k, t, format!("{e}, d = {RSQRT_D}, sigma in [0.1, 10]"), Some(err))
         }
         "softmax" | "softmax_causal" => {
-            let causal = op == "softmax_causal";
-            let cols = if causal { (e as f64).sqrt() as usize } else { 128 };
-            let rows = if causal { cols } else { (e / cols).max(1) };
-            let g = Softmax { bits: n, cmp_bits: m1 + 1, scale: f, rows, cols, causal };
-            let x = signed(ring, rng, rows * cols, -10 * one, 10 * one);
+            let (rows, cols, causal, x) = softmax_case(op, a, rng)?;
+            let g = Softmax::sigma(n, m1 + 1, f, rows, cols, causal);
             let err = softmax_error(&g, &x);
             let (r, k, t) = measure(&g, &[x], a.reps, rng)?;
             (r, k, t, format!("{rows}x{cols}"), Some(err))
         }
         "layernorm" | "rmsnorm" => {
-            let cols = 1024;
-            let rows = (e / cols).max(1);
-            let gamma: Arc<[u64]> =
-                (0..cols).map(|j| ring.from_signed(one + (j as i64 % 9 - 4) * one / 16)).collect();
+            let c = norm_case(a, rng)?;
             let g = if op == "layernorm" {
-                let beta: Arc<[u64]> =
-                    (0..cols).map(|j| ring.from_signed((j as i64 % 5 - 2) * one * one / 8)).collect();
-                Norm::layer_norm(n, f, rows, cols, gamma, beta)?
+                Norm::layer_norm(n, f, c.rows, c.cols, c.gamma, c.beta)?
             } else {
-                Norm::rms_norm(n, f, rows, cols, gamma)?
+                Norm::rms_norm(n, f, c.rows, c.cols, c.gamma)?
             };
-            let mut x = signed(ring, rng, rows * cols, -4 * one, 4 * one);
-            for (i, v) in x.iter_mut().enumerate() {
-                *v = ring.add(*v, ring.from_signed((i / cols) as i64 % 3 * one));
-            }
-            let err = norm_error(&g, &x);
-            let (r, k, t) = measure(&g, &[x], a.reps, rng)?;
-            (r, k, t, format!("{rows}x{cols}"), Some(err))
+            let err = norm_error(&g, &c.x);
+            let (r, k, t) = measure(&g, &[c.x], a.reps, rng)?;
+            (r, k, t, format!("{}x{}", c.rows, c.cols), Some(err))
         }
-        other => bail!("unknown operator {other}"),
+        other => bail!("no SIGMA operator {other}"),
     };
-    let elements = rep.outputs.len();
+    Ok(row(op, "sigma", a, rep, keygen, eval, shape, err, None))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn row(
+    op: &str,
+    implementation: &'static str,
+    a: &OpsBenchArgs,
+    rep: Report,
+    keygen: Duration,
+    eval: Duration,
+    shape: String,
+    err: Option<f64>,
+    backend: Option<String>,
+) -> Row {
+    // Elements: the input length (a gate with several outputs has more output words).
+    let elements = rep.outputs.len() / outputs_per_element(op);
     let per = |v: f64| v / elements as f64;
-    Ok(Row {
+    Row {
         op: op.to_string(),
-        implementation: "sigma",
-        n,
-        f,
+        implementation,
+        n: a.n,
+        f: a.f,
         elements,
         shape,
         key_bytes_per_elem: per(rep.key_bits[0] as f64 / 8.0),
@@ -347,11 +464,231 @@ fn measure_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
         exact: rep.exact(),
         max_abs_err: err,
         threads: a.threads,
-    })
+        backend,
+    }
+}
+
+fn outputs_per_element(op: &str) -> usize {
+    if op == "ars_sign" { 2 } else { 1 }
+}
+
+fn options(a: &OpsBenchArgs) -> CompileOptions {
+    CompileOptions {
+        cmp: match a.cmp {
+            CmpChoice::OneKey => CmpBackend::OneKey,
+            CmpChoice::PerThreshold => CmpBackend::PerThreshold,
+        },
+        lookup: match a.lookup {
+            LookupChoice::Auto => None,
+            LookupChoice::StepBits => Some(LookupBackend::StepBits),
+            LookupChoice::IndexLut => Some(LookupBackend::IndexLut),
+            LookupChoice::ReducedView => Some(LookupBackend::ReducedView { shift: 0 }),
+            LookupChoice::Dcf => Some(LookupBackend::Dcf),
+        },
+        split: None,
+    }
+}
+
+/// Compile `spec` with the command's backends (a reduced view takes the spec's row shift).
+fn compile_for(spec: &OperatorSpec, a: &OpsBenchArgs) -> anyhow::Result<Arc<Program>> {
+    let mut o = options(a);
+    if let Some(LookupBackend::ReducedView { .. }) = o.lookup {
+        let shift = compiler::program::reduced_view_shift(spec)
+            .with_context(|| format!("{} has no reduced view (boundaries not on uniform rows)", spec.name))?;
+        o.lookup = Some(LookupBackend::ReducedView { shift });
+    }
+    Ok(Arc::new(compile(spec, o).with_context(|| format!("compiling {}", spec.name))?))
+}
+
+fn backend_name(p: &Program) -> String {
+    let cmp = match p.cmp {
+        CmpBackend::OneKey => "one-key",
+        CmpBackend::PerThreshold => "per-threshold",
+    };
+    let lookup = match p.lookup_backend {
+        LookupBackend::StepBits => "step-bits".to_string(),
+        LookupBackend::IndexLut => "index-lut".to_string(),
+        LookupBackend::ReducedView { shift } => format!("reduced-view/{shift}"),
+        LookupBackend::Dcf => "dcf".to_string(),
+    };
+    let split = match p.full_width {
+        compiler::predicate::FullWidth::Whole => String::new(),
+        compiler::predicate::FullWidth::Split(f) => format!("+split/{f}"),
+    };
+    format!("{cmp}+{lookup}{split}")
+}
+
+/// Elements a compiled row runs on: all of them, or as many as the key budget allows.
+fn budgeted(p: &Program, a: &OpsBenchArgs) -> usize {
+    let per = p.cost().key_bits.div_ceil(8).max(1);
+    a.elements.min((a.key_budget / per).max(16) as usize)
+}
+
+fn run_compiled(
+    op: &str,
+    spec: &OperatorSpec,
+    x: Vec<u64>,
+    shape: String,
+    err: Option<f64>,
+    a: &OpsBenchArgs,
+    rng: &mut DealerRng,
+) -> anyhow::Result<Row> {
+    let p = compile_for(spec, a)?;
+    let e = budgeted(&p, a).min(x.len());
+    let gate = CompiledGate::new(p.clone(), e);
+    let (r, k, t) = measure(&gate, &[x[..e].to_vec()], a.reps, rng)?;
+    Ok(row(op, "fusefss", a, r, k, t, shape, err, Some(backend_name(&p))))
+}
+
+fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result<Row> {
+    let (n, f, e) = (a.n, a.f, a.elements);
+    let ring = Ring::new(n)?;
+    let one = 1i64 << f;
+    let m1 = n - f;
+    let eval = |s: &OperatorSpec| {
+        let s = s.clone();
+        move |v: u64| s.eval(v).arith[0]
+    };
+    match op {
+        "relu" => run_compiled(op, &library::relu(n, n), words(rng, e, n), format!("{e}"), None, a, rng),
+        "tr" => run_compiled(
+            op,
+            &library::truncate(n, f),
+            words(rng, e, n),
+            format!("{e}, {n} -> {} bits", n - f),
+            None,
+            a,
+            rng,
+        ),
+        "ars_exact" => {
+            run_compiled(op, &library::ars(n, f, false), words(rng, e, n), format!("{e}"), None, a, rng)
+        }
+        "ars_sign" => run_compiled(
+            op,
+            &library::ars(n, f, true),
+            words(rng, e, n),
+            format!("{e}, exact ARS and the sign from one opening"),
+            None,
+            a,
+            rng,
+        ),
+        "gelu" | "gelu_mode0" | "gelu_tanh" | "silu" => {
+            let in_bits = if op == "gelu" { m1 } else { n };
+            let (spec, func) = match op {
+                "silu" => (library::silu(in_bits, n, f), Function::Silu),
+                "gelu_tanh" => (library::gelu(in_bits, n, f, GeluForm::Tanh), Function::GeluTanh),
+                _ => (library::gelu(in_bits, n, f, GeluForm::Erf), Function::Gelu),
+            };
+            let x = activation_inputs(ring, rng, e, in_bits, one);
+            let err = scan_error(-16 * one, 16 * one, ring, f, eval(&spec), |v| func.f64(v));
+            let shape = format!("{e}, input fits {in_bits} bits, {} intervals", spec.pieces.len());
+            run_compiled(op, &spec, x, shape, Some(err), a, rng)
+        }
+        "sigmoid" | "tanh" => {
+            let (spec, func) = if op == "sigmoid" {
+                (library::sigmoid(n, n, f), Function::Sigmoid)
+            } else {
+                (library::tanh(n, n, f), Function::Tanh)
+            };
+            let x = activation_inputs(ring, rng, e, n, one);
+            let err = scan_error(-16 * one, 16 * one, ring, f, eval(&spec), |v| func.f64(v));
+            let shape = format!("{e}, {} intervals", spec.pieces.len());
+            run_compiled(op, &spec, x, shape, Some(err), a, rng)
+        }
+        "clip" => {
+            let spec = library::clip(n, -8 * one, 8 * one);
+            let x = activation_inputs(ring, rng, e, n, one);
+            run_compiled(op, &spec, x, format!("{e}, to [-8, 8]"), None, a, rng)
+        }
+        "nexp" => {
+            let spec = library::nexp(m1 + 2, n, f);
+            let err = scan_error(0, 32 * one, ring, f, eval(&spec), |v| (-v).exp());
+            let shape =
+                format!("{e}, x in [0, 32), input fits {} bits, {} intervals", m1 + 2, spec.pieces.len());
+            run_compiled(op, &spec, nexp_inputs(rng, e, f), shape, Some(err), a, rng)
+        }
+        "reciprocal" => {
+            let spec = library::reciprocal(f, 128, n);
+            let err = scan_error(one, 128 * one + 1, ring, f, eval(&spec), |v| 1.0 / v);
+            let shape = format!("{e}, D in [1, 128], input read on {} bits", spec.in_bits);
+            run_compiled(op, &spec, recip_inputs(rng, e, one), shape, Some(err), a, rng)
+        }
+        "rsqrt" => {
+            let spec = library::rsqrt(n, n, f, RSQRT_D);
+            let x = rsqrt_inputs(rng, e, f, RSQRT_D);
+            let err = rsqrt_error(&x, n, f, RSQRT_D, eval(&spec));
+            let shape = format!("{e}, d = {RSQRT_D}, sigma in [0.1, 10], {} intervals", spec.pieces.len());
+            run_compiled(op, &spec, x, shape, Some(err), a, rng)
+        }
+        "softmax" | "softmax_causal" => {
+            let (rows, cols, causal, x) = softmax_case(op, a, rng)?;
+            let g = composite::softmax(n, m1 + 1, f, rows, cols, causal)?;
+            let err = softmax_error(&g, &x);
+            let (r, k, t) = measure(&g, &[x], a.reps, rng)?;
+            Ok(row(op, "fusefss", a, r, k, t, format!("{rows}x{cols}"), Some(err), Some("composite".into())))
+        }
+        "layernorm" | "rmsnorm" => {
+            let c = norm_case(a, rng)?;
+            let g = composite::norm(n, f, c.rows, c.cols, op == "layernorm", c.gamma, c.beta)?;
+            let err = norm_error(&g, &c.x);
+            let (r, k, t) = measure(&g, &[c.x], a.reps, rng)?;
+            let shape = format!("{}x{}", c.rows, c.cols);
+            Ok(row(op, "fusefss", a, r, k, t, shape, Some(err), Some("composite".into())))
+        }
+        other => bail!("no compiled operator {other}"),
+    }
+}
+
+/// Softmax shapes: 128 columns (or a square causal matrix) holding `elements` entries.
+fn softmax_case(
+    op: &str,
+    a: &OpsBenchArgs,
+    rng: &mut DealerRng,
+) -> anyhow::Result<(usize, usize, bool, Vec<u64>)> {
+    let (ring, one) = (Ring::new(a.n)?, 1i64 << a.f);
+    let causal = op == "softmax_causal";
+    let cols = if causal { (a.elements as f64).sqrt() as usize } else { 128 };
+    let rows = if causal { cols } else { (a.elements / cols).max(1) };
+    Ok((rows, cols, causal, signed(ring, rng, rows * cols, -10 * one, 10 * one)))
+}
+
+struct NormCase {
+    rows: usize,
+    cols: usize,
+    gamma: Arc<[u64]>,
+    beta: Arc<[u64]>,
+    x: Vec<u64>,
+}
+
+/// Normalisation shapes: rows of 1024 with varied gains, biases and row offsets.
+fn norm_case(a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result<NormCase> {
+    let (ring, one) = (Ring::new(a.n)?, 1i64 << a.f);
+    let cols = 1024;
+    let rows = (a.elements / cols).max(1);
+    let gamma: Arc<[u64]> =
+        (0..cols).map(|j| ring.from_signed(one + (j as i64 % 9 - 4) * one / 16)).collect();
+    let beta: Arc<[u64]> = (0..cols).map(|j| ring.from_signed((j as i64 % 5 - 2) * one * one / 8)).collect();
+    let mut x = signed(ring, rng, rows * cols, -4 * one, 4 * one);
+    for (i, v) in x.iter_mut().enumerate() {
+        *v = ring.add(*v, ring.from_signed((i / cols) as i64 % 3 * one));
+    }
+    Ok(NormCase { rows, cols, gamma, beta, x })
+}
+
+/// A user's spec on inputs spread over its whole domain: half uniform, half small signed
+/// values around 0 (where activations change).
+fn user_op(spec: &OperatorSpec, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result<Row> {
+    let n = spec.in_bits;
+    let e = a.elements;
+    let x: Vec<u64> = (0..e)
+        .map(|i| if i % 2 == 0 { rng.next_u64() } else { (rng.next_u64() % (1 << 20)).wrapping_sub(1 << 19) } & mask(n))
+        .collect();
+    let shape = format!("{e}, {} intervals, {} bits -> {} bits", spec.pieces.len(), n, spec.out_bits);
+    run_compiled(&spec.name, spec, x, shape, None, a, rng)
 }
 
 /// Max |f64 softmax − fixed point| over the inputs.
-fn softmax_error(g: &Softmax, x: &[u64]) -> f64 {
+fn softmax_error<E: UnaryFamily, Q: UnaryFamily>(g: &Softmax<E, Q>, x: &[u64]) -> f64 {
     let y = g.plain(x);
     let (bits, f, cols) = (g.bits, g.scale, g.cols);
     let mut worst = 0.0f64;
@@ -368,7 +705,7 @@ fn softmax_error(g: &Softmax, x: &[u64]) -> f64 {
 }
 
 /// Max |f64 normalisation − fixed point| over the inputs.
-fn norm_error(g: &Norm, x: &[u64]) -> f64 {
+fn norm_error<M: UnaryFamily, Q: UnaryFamily>(g: &Norm<M, Q>, x: &[u64]) -> f64 {
     let y = g.plain(x);
     let (bits, f, cols) = (g.bits, g.scale, g.cols);
     let mut worst = 0.0f64;

@@ -1,0 +1,105 @@
+//! FuseFSS composites: SIGMA's softmax and normalisations with their nonlinearities
+//! compiled (fusefss-paper-digest.md §4). The row max stays a comparison tree and the
+//! products and truncations are the shared sub-protocols; `e^{−x}`, the reciprocal, the
+//! mean's exact shift and the reciprocal square root are [`library`](crate::library) specs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use gates::GateError;
+use gates::norm::Norm;
+use gates::softmax::Softmax;
+use gates::unary::UnaryFamily;
+
+use crate::gate::CompiledGate;
+use crate::library;
+use crate::program::{CompileOptions, Program, compile};
+use crate::spec::{Kind, OperatorSpec, SpecError};
+
+/// A compiled one-input, one-output operator, for any element count.
+#[derive(Clone, Debug)]
+pub struct Compiled(pub Arc<Program>);
+
+impl Compiled {
+    /// Compile (or reuse) `spec` with the default options.
+    ///
+    /// # Errors
+    /// [`SpecError`] if the spec is invalid or not unary with one arithmetic output.
+    pub fn new(spec: &OperatorSpec) -> Result<Compiled, SpecError> {
+        let p = compile_cached(spec, CompileOptions::default())?;
+        if p.outputs != [Kind::Arith] {
+            return Err(SpecError::Phi {
+                node: 0,
+                msg: format!("{} is not a one-output operator", spec.name),
+            });
+        }
+        Ok(Compiled(p))
+    }
+}
+
+impl UnaryFamily for Compiled {
+    type Gate = CompiledGate;
+
+    fn gate(&self, len: usize) -> Result<CompiledGate, GateError> {
+        Ok(CompiledGate::new(self.0.clone(), len))
+    }
+}
+
+/// Compiled programs by spec (JSON) and options.
+type Cache = HashMap<(String, CompileOptions), Arc<Program>>;
+
+/// Compile `spec` once per process for each option set: the program is public and
+/// mask-independent, so every instance (layer, query) reuses it (digest §3.8).
+///
+/// # Errors
+/// As [`compile`].
+pub fn compile_cached(spec: &OperatorSpec, options: CompileOptions) -> Result<Arc<Program>, SpecError> {
+    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
+    let key = (serde_json::to_string(spec).expect("a spec serialises"), options);
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(p) = cache.lock().expect("cache lock").get(&key) {
+        return Ok(p.clone());
+    }
+    let p = Arc::new(compile(spec, options)?);
+    cache.lock().expect("cache lock").insert(key, p.clone());
+    Ok(p)
+}
+
+/// The softmax of [`Softmax::sigma`] with a compiled `e^{−x}` (on `cmp_bits + 1` bits) and
+/// a compiled reciprocal (on `scale + log2 cols` bits, `cols` rounded up to a power of two).
+///
+/// # Errors
+/// [`SpecError`] for unsupported widths.
+pub fn softmax(
+    bits: u32,
+    cmp_bits: u32,
+    scale: u32,
+    rows: usize,
+    cols: usize,
+    causal: bool,
+) -> Result<Softmax<Compiled, Compiled>, SpecError> {
+    let exp = Compiled::new(&library::nexp((cmp_bits + 1).min(bits), bits, scale))?;
+    let recip = Compiled::new(&library::reciprocal(scale, (cols.max(2) as u64).next_power_of_two(), bits))?;
+    Ok(Softmax { bits, cmp_bits, scale, rows, cols, causal, exp, recip })
+}
+
+/// LayerNorm (`normalize`) or RMSNorm with a compiled exact mean shift (2 rounds instead of
+/// 4) and a compiled reciprocal square root (2 rounds instead of 5).
+///
+/// # Errors
+/// [`SpecError`] for unsupported widths, [`GateError`] (as a message) for parameter vectors
+/// of the wrong length.
+pub fn norm(
+    bits: u32,
+    scale: u32,
+    rows: usize,
+    cols: usize,
+    normalize: bool,
+    gamma: Arc<[u64]>,
+    beta: Arc<[u64]>,
+) -> Result<Norm<Compiled, Compiled>, SpecError> {
+    let mean = Compiled::new(&library::ars(bits, Norm::mean_shift(scale, cols), false))?;
+    let rsqrt = Compiled::new(&library::rsqrt(bits, bits, scale, cols as u64))?;
+    Norm::with(bits, scale, rows, cols, normalize, gamma, beta, mean, rsqrt)
+        .map_err(|e| SpecError::Width(e.to_string()))
+}

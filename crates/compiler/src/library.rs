@@ -1,0 +1,447 @@
+//! The operator library: transformer nonlinearities as specs (compiled-gates.md §4).
+//!
+//! Every function of a real variable is specified *exactly rounded*: the output is the f64
+//! function rounded half up to the output scale (or, for residual forms, the input minus a
+//! rounded residual, which is the same). The integer tables are generated here once, from
+//! f64 formulas, and the spec carries them: the compiled gate and the reference read the
+//! same integers (compiled-gates.md §6, pitfall 1).
+//!
+//! | spec | computes | input |
+//! |---|---|---|
+//! | [`relu`] | `max(x, 0)` | signed |
+//! | [`gelu`] | `x·Φ(x)` (erf or tanh form) as `ReLU(x) − round(δ(x))` | signed, `n_in` bits |
+//! | [`silu`] | `x·σ(x)` as `ReLU(x) − round(δ(x))` | signed |
+//! | [`sigmoid`], [`tanh`] | rounded step functions | signed |
+//! | [`nexp`] | `e^{−x}` for `x ≥ 0`, `1` for negative `x` | `n_in` bits |
+//! | [`reciprocal`] | `1/S` for a softmax row sum `S ∈ [1, cols]` (minimax rows of `2^{−6}`) | unsigned |
+//! | [`rsqrt`] | `1/√(v/d)` for a sum of squares `v` at scale `2f` (7-bit mantissa grid) | unsigned |
+//! | [`ars`] | `⌊x / 2^f⌋` exact, optionally with the sign `1[x ≥ 0]` | signed |
+//! | [`truncate`] | `x >> f` into `n − f` bits | unsigned |
+//! | [`clip`] | `min(max(x, lo), hi)` | signed |
+
+use crate::spec::{Atom, Node, OperatorSpec, Output, Phi, Piece};
+
+/// Round half up: `⌊v + ½⌋`, explicitly (library `round` functions differ on ties).
+pub fn round_half_up(v: f64) -> i64 {
+    (v + 0.5).floor() as i64
+}
+
+/// Which form of GeLU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GeluForm {
+    /// `x·Φ(x)` with the error function.
+    Erf,
+    /// `½x(1 + tanh(√(2/π)(x + 0.044715x³)))`.
+    Tanh,
+}
+
+/// The f64 functions of the library (for fitting and error reports).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Function {
+    /// GeLU, erf form.
+    Gelu,
+    /// GeLU, tanh form.
+    GeluTanh,
+    /// `x·σ(x)`.
+    Silu,
+    /// `1/(1 + e^{−x})`.
+    Sigmoid,
+    /// `tanh x`.
+    Tanh,
+    /// `e^{−x}` (for `x ≥ 0`).
+    NExp,
+    /// `1/x`.
+    Reciprocal,
+}
+
+impl Function {
+    /// Parse a name (`gelu`, `gelu_tanh`, `silu`, `sigmoid`, `tanh`, `nexp`, `reciprocal`).
+    pub fn from_name(s: &str) -> Option<Function> {
+        Some(match s {
+            "gelu" => Function::Gelu,
+            "gelu_tanh" => Function::GeluTanh,
+            "silu" => Function::Silu,
+            "sigmoid" => Function::Sigmoid,
+            "tanh" => Function::Tanh,
+            "nexp" => Function::NExp,
+            "reciprocal" => Function::Reciprocal,
+            _ => return None,
+        })
+    }
+
+    /// The names [`Function::from_name`] accepts.
+    pub const NAMES: &'static [&'static str] =
+        &["gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "nexp", "reciprocal"];
+
+    /// The function.
+    pub fn f64(self, x: f64) -> f64 {
+        match self {
+            Function::Gelu => 0.5 * x * libm::erfc(-x / std::f64::consts::SQRT_2),
+            Function::GeluTanh => {
+                let k = (2.0 / std::f64::consts::PI).sqrt();
+                0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
+            }
+            Function::Silu => x / (1.0 + (-x).exp()),
+            Function::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            Function::Tanh => x.tanh(),
+            Function::NExp => (-x.max(0.0)).exp(),
+            Function::Reciprocal => 1.0 / x,
+        }
+    }
+
+    /// `ReLU(x) − f(x)` for the activations that are ReLU minus an even residual; computed
+    /// without cancellation.
+    fn residual(self, v: f64) -> f64 {
+        let v = v.abs();
+        match self {
+            Function::Gelu => 0.5 * v * libm::erfc(v / std::f64::consts::SQRT_2),
+            Function::GeluTanh => {
+                let k = (2.0 / std::f64::consts::PI).sqrt();
+                // ½v(1 − tanh(u)) = v / (1 + e^{2u})
+                v / (1.0 + (2.0 * k * (v + 0.044715 * v * v * v)).exp())
+            }
+            Function::Silu => v / (1.0 + v.exp()),
+            _ => unreachable!("not a residual activation"),
+        }
+    }
+}
+
+fn half(n: u32) -> u64 {
+    1u64 << (n - 1)
+}
+
+fn modulus(n: u32) -> u128 {
+    1u128 << n
+}
+
+/// Pieces from sorted distinct interval starts (the first 0) and a function giving each
+/// interval's piece from its start.
+fn from_starts(mut starts: Vec<u64>, piece: impl Fn(u64) -> Piece) -> (Vec<u64>, Vec<Piece>) {
+    starts.sort_unstable();
+    starts.dedup();
+    let pieces: Vec<Piece> = starts.iter().map(|&s| piece(s)).collect();
+    // Merge neighbours with equal pieces.
+    let (mut b, mut p): (Vec<u64>, Vec<Piece>) = (vec![], vec![]);
+    for (s, q) in starts.into_iter().zip(pieces) {
+        if p.last() != Some(&q) {
+            b.push(s);
+            p.push(q);
+        }
+    }
+    (b, p)
+}
+
+fn signed_of(x: u64, n: u32) -> i64 {
+    if n < 64 && x >= half(n) { x as i64 - (1i64 << n) } else { x as i64 }
+}
+
+fn spec(name: String, n: u32, l: u32, signed: bool, scale: u32, b: Vec<u64>, p: Vec<Piece>) -> OperatorSpec {
+    OperatorSpec {
+        name,
+        in_bits: n,
+        out_bits: l,
+        signed,
+        scale: Some(scale),
+        boundaries: b,
+        pieces: p,
+        atoms: vec![],
+        kappa: vec![],
+        phi: None,
+    }
+}
+
+/// `ReLU(x) − D(x)` with `D = round(residual)` an even step function that vanishes for
+/// `|x| ≥ reach·2^f`: exactly the rounded activation (compiled-gates.md §4.2).
+fn relu_minus_residual(name: String, func: Function, n_in: u32, l: u32, f: u32, reach: u64) -> OperatorSpec {
+    let one = (1u64 << f) as f64;
+    let limit = (reach << f).min(half(n_in));
+    let d = |v: u64| -> i64 { round_half_up(func.residual(v as f64 / one) * one) };
+    // Changes of D on |x| ∈ [0, limit]; beyond, D = 0.
+    let mut changes = vec![];
+    let mut prev = d(0);
+    for v in 1..=limit {
+        let cur = d(v);
+        if cur != prev {
+            changes.push(v);
+            prev = cur;
+        }
+    }
+    assert_eq!(prev, 0, "the residual must vanish within its reach");
+    let nn = modulus(n_in);
+    let mut starts = vec![0, half(n_in)];
+    for &v in &changes {
+        starts.push(v);
+        // x = −v + 1 is the first negative input with |x| < v.
+        starts.push(((nn - v as u128 + 1) % nn) as u64);
+    }
+    let (b, p) = from_starts(starts, |s| {
+        let x = signed_of(s, n_in);
+        let dv = if x.unsigned_abs() > limit { 0 } else { d(x.unsigned_abs()) };
+        let poly = if x >= 0 { vec![-(dv as i128), 1] } else { vec![-(dv as i128)] };
+        Piece { polys: vec![poly], ..Piece::default() }
+    });
+    spec(name, n_in, l, true, f, b, p)
+}
+
+/// `max(x, 0)` for a signed `n_in`-bit input, into `Z_{2^l}`.
+pub fn relu(n_in: u32, l: u32) -> OperatorSpec {
+    let p = vec![
+        Piece { polys: vec![vec![0, 1]], ..Piece::default() },
+        Piece { polys: vec![vec![0]], ..Piece::default() },
+    ];
+    let mut s = spec(format!("relu{n_in}"), n_in, l, true, 0, vec![0, half(n_in)], p);
+    s.scale = None;
+    s
+}
+
+/// GeLU of a signed `n_in`-bit input at scale `f`, into `Z_{2^l}` (`n_in < l` reads a
+/// truncated wire, SIGMA's mode 1). Error ½ ulp.
+pub fn gelu(n_in: u32, l: u32, f: u32, form: GeluForm) -> OperatorSpec {
+    let func = match form {
+        GeluForm::Erf => Function::Gelu,
+        GeluForm::Tanh => Function::GeluTanh,
+    };
+    relu_minus_residual(
+        format!("gelu{}-{n_in}", if form == GeluForm::Tanh { "_tanh" } else { "" }),
+        func,
+        n_in,
+        l,
+        f,
+        8,
+    )
+}
+
+/// SiLU of a signed `n_in`-bit input at scale `f`. Error ½ ulp.
+pub fn silu(n_in: u32, l: u32, f: u32) -> OperatorSpec {
+    relu_minus_residual(format!("silu-{n_in}"), Function::Silu, n_in, l, f, 32)
+}
+
+/// A rounded step function of a signed input: `round(g(x/2^f)·2^f)` for `|x| < reach·2^f`,
+/// constant beyond (the value at the edge).
+fn rounded_step(name: String, func: Function, n_in: u32, l: u32, f: u32, reach: u64) -> OperatorSpec {
+    let one = (1u64 << f) as f64;
+    let limit = (reach << f).min(half(n_in) - 1) as i64;
+    let y = |x: i64| -> i64 { round_half_up(func.f64(x.clamp(-limit, limit) as f64 / one) * one) };
+    let nn = modulus(n_in);
+    let to_u = |x: i64| ((x as i128).rem_euclid(nn as i128)) as u64;
+    let mut starts = vec![0, half(n_in)];
+    let mut prev = y(-limit);
+    for x in -limit + 1..=limit {
+        let cur = y(x);
+        if cur != prev {
+            starts.push(to_u(x));
+            prev = cur;
+        }
+    }
+    starts.push(to_u(-limit));
+    starts.push(to_u(limit));
+    let (b, p) = from_starts(starts, |s| Piece {
+        polys: vec![vec![y(signed_of(s, n_in)) as i128]],
+        ..Piece::default()
+    });
+    spec(name, n_in, l, true, f, b, p)
+}
+
+/// `σ(x)` exactly rounded (½ ulp) on a signed input.
+pub fn sigmoid(n_in: u32, l: u32, f: u32) -> OperatorSpec {
+    rounded_step(format!("sigmoid-{n_in}"), Function::Sigmoid, n_in, l, f, 32)
+}
+
+/// `tanh x` exactly rounded (½ ulp) on a signed input.
+pub fn tanh(n_in: u32, l: u32, f: u32) -> OperatorSpec {
+    rounded_step(format!("tanh-{n_in}"), Function::Tanh, n_in, l, f, 16)
+}
+
+/// `e^{−x}` at scale `f` for `x ≥ 0` (read as a signed `n_in`-bit value; negative inputs give
+/// `1`), exactly rounded (compiled-gates.md §4.4).
+pub fn nexp(n_in: u32, l: u32, f: u32) -> OperatorSpec {
+    let one = (1u64 << f) as f64;
+    let y = |x: u64| -> i64 { round_half_up((-(x as f64) / one).exp() * one) };
+    let mut starts = vec![0, half(n_in)];
+    let mut prev = y(0);
+    let mut x = 1u64;
+    while prev != 0 && x < half(n_in) {
+        let cur = y(x);
+        if cur != prev {
+            starts.push(x);
+            prev = cur;
+        }
+        x += 1;
+    }
+    let (b, p) = from_starts(starts, |s| {
+        let v = if s >= half(n_in) { 1i64 << f } else { y(s) };
+        Piece { polys: vec![vec![v as i128]], ..Piece::default() }
+    });
+    spec(format!("nexp-{n_in}"), n_in, l, false, f, b, p)
+}
+
+/// `1/S` at scale `f` for a softmax row sum `S ∈ [1, cols]` at scale `f` (`cols` a power of
+/// two): the input is read on `n_in = f + log2(cols)` bits, so `S = cols` wraps to 0 and
+/// row 0 holds `1/cols` (compiled-gates.md §8, the narrower contract). Rows of `2^6` ulps
+/// hold the minimax constant of the row; `S < 1` reads as 1.
+pub fn reciprocal(f: u32, cols: u64, l: u32) -> OperatorSpec {
+    assert!(cols.is_power_of_two() && cols >= 2, "cols must be a power of two");
+    let n_in = f + cols.trailing_zeros();
+    let s = 6u32.min(f);
+    let num = (1u128 << (2 * f)) as f64;
+    let value = |row: u64| -> i64 {
+        if row == 0 {
+            return round_half_up(num / (cols << f) as f64);
+        }
+        let (a, b) = ((row << s).max(1 << f) as f64, (((row + 1) << s) - 1).max(1 << f) as f64);
+        round_half_up((num / a + num / b) / 2.0)
+    };
+    let rows = 1u64 << (n_in - s);
+    let starts: Vec<u64> = (0..rows).map(|r| r << s).collect();
+    let (b, p) =
+        from_starts(starts, |st| Piece { polys: vec![vec![value(st >> s) as i128]], ..Piece::default() });
+    spec(format!("reciprocal-{cols}"), n_in, l, false, f, b, p)
+}
+
+/// `2^f/√(v/(d·2^{2f}))` for a non-negative sum of squares `v` at scale `2f` (`1/σ` of a
+/// row of `d` at scale `f`): a floating grid with 7 mantissa bits, each cell the minimax
+/// constant; `v = 0` and negative `v` read as `v = 1` (compiled-gates.md §4.6).
+pub fn rsqrt(n: u32, l: u32, f: u32, d: u64) -> OperatorSpec {
+    let num = (1u128 << f) as f64 * ((d as f64) * (1u128 << (2 * f)) as f64).sqrt();
+    let g = |v: f64| num / v.sqrt();
+    let mut starts: Vec<u64> = (0..128u64).collect();
+    for e in 7..n - 1 {
+        for j in 0..128u64 {
+            starts.push((1u64 << e) + (j << (e - 7)));
+        }
+    }
+    starts.push(half(n));
+    let mut ends: Vec<u64> = starts[1..].to_vec();
+    ends.push(u64::MAX);
+    let value = |s: u64| -> i64 {
+        if s == 0 || s >= half(n) {
+            return round_half_up(g(1.0));
+        }
+        let i = starts.partition_point(|&t| t <= s) - 1;
+        let (a, b) = (starts[i] as f64, (ends[i] - 1) as f64);
+        round_half_up((g(a) + g(b)) / 2.0)
+    };
+    let (b, p) =
+        from_starts(starts.clone(), |s| Piece { polys: vec![vec![value(s) as i128]], ..Piece::default() });
+    spec(format!("rsqrt-{d}"), n, l, false, f, b, p)
+}
+
+/// The exact arithmetic shift `⌊x / 2^f⌋` of a signed `n`-bit input; with `sign`, a second
+/// (Boolean) output `1[x ≥ 0]` from the same opening (compiled-gates.md §4.1).
+pub fn ars(n: u32, f: u32, sign: bool) -> OperatorSpec {
+    let mut s = spec(
+        format!("ars{}-{n}-{f}", if sign { "_sign" } else { "" }),
+        n,
+        n,
+        true,
+        f,
+        vec![0],
+        vec![Piece::default()],
+    );
+    s.scale = None;
+    let mut nodes = vec![Node::Shr { bits: f }];
+    let mut outputs = vec![Output::Arith(0)];
+    if sign {
+        s.atoms = vec![Atom::Msb];
+        nodes.extend([Node::Atom { index: 0 }, Node::Not { a: 1 }]);
+        outputs.push(Output::Bool(2));
+    }
+    s.phi = Some(Phi { nodes, outputs });
+    s
+}
+
+/// Truncate-reduce: `x >> f` of an `n`-bit input, into `Z_{2^{n−f}}`.
+pub fn truncate(n: u32, f: u32) -> OperatorSpec {
+    let mut s = spec(format!("truncate-{n}-{f}"), n, n - f, false, f, vec![0], vec![Piece::default()]);
+    s.scale = None;
+    s.phi = Some(Phi { nodes: vec![Node::Shr { bits: f }], outputs: vec![Output::Arith(0)] });
+    s
+}
+
+/// `min(max(x, lo), hi)` for a signed `n`-bit input, `lo ≤ 0 ≤ hi`.
+pub fn clip(n: u32, lo: i64, hi: i64) -> OperatorSpec {
+    let nn = modulus(n);
+    let to_u = |x: i64| ((x as i128).rem_euclid(nn as i128)) as u64;
+    let starts = vec![0, to_u(hi) + 1, half(n), to_u(lo)];
+    let (b, p) = from_starts(starts, |s| {
+        let x = signed_of(s, n);
+        let poly = if x > hi {
+            vec![hi as i128]
+        } else if x < lo {
+            vec![lo as i128]
+        } else {
+            vec![0, 1]
+        };
+        Piece { polys: vec![poly], ..Piece::default() }
+    });
+    let mut s = spec(format!("clip-{n}"), n, n, true, 0, b, p);
+    s.scale = None;
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn real(v: u64, bits: u32, f: u32) -> f64 {
+        signed_of(v, bits) as f64 / (1u64 << f) as f64
+    }
+
+    #[test]
+    fn activations_are_exactly_rounded() {
+        let f = 12;
+        for (s, func) in [
+            (gelu(20, 24, f, GeluForm::Erf), Function::Gelu),
+            (gelu(20, 24, f, GeluForm::Tanh), Function::GeluTanh),
+            (silu(20, 24, f), Function::Silu),
+            (sigmoid(20, 24, f), Function::Sigmoid),
+            (tanh(20, 24, f), Function::Tanh),
+        ] {
+            s.validate().unwrap();
+            for x in (-(1i64 << 19)..(1i64 << 19)).step_by(37) {
+                let u = (x as u64) & ((1 << 20) - 1);
+                let got = real(s.eval(u).arith[0], 24, f);
+                let want = func.f64(x as f64 / 4096.0);
+                assert!((got - want).abs() <= 0.5 / 4096.0 + 1e-12, "{} at {x}: {got} vs {want}", s.name);
+            }
+        }
+    }
+
+    #[test]
+    fn nexp_reciprocal_rsqrt() {
+        let s = nexp(20, 30, 12);
+        s.validate().unwrap();
+        assert_eq!(s.eval(0).arith[0], 4096);
+        assert_eq!(s.eval(1 << 19).arith[0], 4096);
+        assert!(s.pieces.len() > 4000);
+        let r = reciprocal(12, 128, 50);
+        r.validate().unwrap();
+        assert_eq!(r.in_bits, 19);
+        assert_eq!(r.eval(0).arith[0], 32); // S = 128 → 1/128
+        assert_eq!(r.eval(4096).arith[0], 4065); // minimax of 1/S on [1, 1 + 63/4096]
+        let q = rsqrt(37, 37, 12, 1);
+        q.validate().unwrap();
+        // At most 128 integers, 128 cells per octave 2^7..2^35 and the clamp; equal
+        // neighbours merge (v = 0 with v = 1, and cells of large v that round alike).
+        assert!((3000..=128 + 128 * 29).contains(&q.pieces.len()));
+        let v = 3u64 << 24; // variance 3.0 at scale 24
+        let y = q.eval(v).arith[0] as f64 / 4096.0;
+        assert!((y - 1.0 / 3f64.sqrt()).abs() < 3e-3);
+    }
+
+    #[test]
+    fn shifts_and_clip() {
+        let s = ars(10, 3, true);
+        s.validate().unwrap();
+        let v = s.eval(1024 - 20);
+        assert_eq!(v.arith[0], 1024 - 3);
+        assert_eq!(v.bools, vec![false]);
+        let t = truncate(10, 3);
+        assert_eq!(t.eval(1023).arith[0], 127);
+        let c = clip(8, -5, 9);
+        c.validate().unwrap();
+        for x in -128i64..128 {
+            assert_eq!(c.eval((x as u64) & 255).arith[0], (x.clamp(-5, 9) as u64) & 255);
+        }
+    }
+}

@@ -1,0 +1,1355 @@
+//! Compilation of a spec into a [`Program`]: the public, mask-independent description of a
+//! gate that every instance reuses (fusefss-paper-digest.md §3.8, "program reuse").
+//!
+//! Online, per element, a program
+//! 1. evaluates the **packed comparison**: one key per family on views of `x̂` (or, with
+//!    [`CmpBackend::PerThreshold`], one key per query as in the paper's artifact) and
+//!    combines the shares into XOR-linear bits ([`crate::predicate`]);
+//! 2. in exchange 1 opens the masked bits the rest needs (interval index, coefficient bits,
+//!    carries), together with Beaver differences that are ready;
+//! 3. evaluates the **interval lookup** (per [`LookupBackend`]);
+//! 4. evaluates `Φ` as public linear combinations of dealer-shared monomials
+//!    ([`crate::sym`]), with further exchanges only for products of lookup outputs;
+//! 5. reveals the masked outputs in the last exchange.
+
+use std::collections::HashMap;
+
+use fss::ring::mask;
+
+use crate::predicate::{Families, Family, FullWidth, LinBit, SplitBit, renumber, step_bits};
+use crate::spec::{Atom, BoolExpr, Kind, Node, OperatorSpec, Output, SpecError, word};
+use crate::sym::{Mono, PVar, SVar, Sym, valuation};
+
+/// How the packed comparison is keyed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CmpBackend {
+    /// One early-terminated 1-bit DPF per family and element, read at every query point by
+    /// prefix parity (fss-building-blocks.md §4, §6.1).
+    #[default]
+    OneKey,
+    /// One key per query at the shifted threshold `r + β`, plus XOR-shared carries
+    /// (the paper's artifact; Lemma 4.3).
+    PerThreshold,
+}
+
+/// How the interval lookup is done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LookupBackend {
+    /// Every bit of every varying coefficient read out of the thermometer code, opened
+    /// masked and converted to arithmetic (compiled-gates.md §2.2).
+    StepBits,
+    /// The interval's class index read out of the thermometer code, opened masked, and
+    /// looked up in a public table through an arithmetic DPF keyed by the mask (§2.4).
+    IndexLut,
+    /// Rows of `2^shift` covering the whole domain: an `shift`-bit carry key and an
+    /// arithmetic DPF over `(carry mask, row)` (§4.5).
+    ReducedView {
+        /// Row width `s` (log2).
+        shift: u32,
+    },
+    /// The paper's lookup: one DCF per interval boundary with the shifted coefficients as
+    /// hidden vector payloads, summed as suffix sums (digest §3.4).
+    Dcf,
+}
+
+/// Which backends to compile for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CompileOptions {
+    /// Comparison keying.
+    pub cmp: CmpBackend,
+    /// Lookup backend; `None` picks the smallest key.
+    pub lookup: Option<LookupBackend>,
+    /// Split full-width comparisons around a shift: `None` picks the smaller key.
+    pub split: Option<bool>,
+}
+
+/// What a party sums into a linear form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Src {
+    /// The constant 1 (party 0 only).
+    One,
+    /// Its share of dealer word `j`.
+    Word(u32),
+    /// Its local share `j` (comparison bit or lookup output).
+    Local(u32),
+}
+
+/// `coef · public monomial · source`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FTerm {
+    /// Constant coefficient.
+    pub coef: u64,
+    /// Index of the public monomial, or `None` for 1.
+    pub pmono: Option<u32>,
+    /// What it multiplies.
+    pub src: Src,
+}
+
+/// A linear combination over `Z_{2^bits}` each party evaluates on its shares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Form {
+    /// Ring width (1: XOR shares).
+    pub bits: u32,
+    /// The terms.
+    pub terms: Vec<FTerm>,
+}
+
+/// A dealer word: `Σ coef·monomial` of dealer secrets, plus an output mask, shared mod
+/// `2^width`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WordDef {
+    /// Ring of the value.
+    pub bits: u32,
+    /// Bits stored (uses only need the word modulo `2^width`).
+    pub width: u32,
+    /// The value.
+    pub value: Vec<(u64, Mono<SVar>)>,
+    /// The output whose mask is added.
+    pub out_mask: Option<usize>,
+}
+
+/// One simultaneous exchange: the forms both parties open.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Exchange {
+    /// Masked bits opened (exchange 1 only): opened bit `j` is `forms[j]`.
+    pub bits: Vec<Form>,
+    /// Beaver differences opened here: `(index of the difference, form)`.
+    pub beaver: Vec<(u32, Form)>,
+    /// Outputs revealed (the last exchange only).
+    pub outputs: Vec<Form>,
+}
+
+/// A lookup table read through an arithmetic DPF.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TablePlan {
+    /// DPF domain bits.
+    pub domain_bits: u32,
+    /// Rows × words: `table[row · words + k]`.
+    pub table: Vec<u64>,
+    /// Words per row.
+    pub words: usize,
+    /// First local index of the outputs.
+    pub first_local: u32,
+    /// IndexLut: the opened bits forming the index (LSB first). ReducedView: the opened
+    /// carry bit.
+    pub opened: Vec<u32>,
+    /// ReducedView row shift (0 for IndexLut).
+    pub shift: u32,
+}
+
+/// The DCF interval lookup of the paper.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DcfPlan {
+    /// Payload words per interval: per polynomial `degree + 1` coefficients, then the
+    /// constants, then the constant Boolean formulas (as 0/1).
+    pub words: usize,
+    /// Polynomial degree (uniform).
+    pub degree: usize,
+    /// First local index of the payload.
+    pub first_local: u32,
+}
+
+/// The lookup part of a program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LookupPlan {
+    /// Nothing beyond the comparison (step bits, or no pieces to look up).
+    None,
+    /// An arithmetic-DPF table.
+    Table(TablePlan),
+    /// DCF suffix sums.
+    Dcf(DcfPlan),
+}
+
+/// A compiled operator: everything public about its gates.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Program {
+    /// The spec: [`OperatorSpec::eval`] is the gate's reference.
+    pub spec: OperatorSpec,
+    /// The spec with polynomials in the unsigned lift `X_u` (a sign boundary added where a
+    /// signed spec needs it): what the dealer and the lowering use.
+    pub norm: OperatorSpec,
+    /// The options it was compiled with, with `Auto` choices resolved.
+    pub cmp: CmpBackend,
+    /// The lookup backend chosen.
+    pub lookup_backend: LookupBackend,
+    /// Whether full-width comparisons are split.
+    pub full_width: FullWidth,
+    /// Comparison families.
+    pub families: Vec<Family>,
+    /// XOR-linear bits computed from the comparison (locals `0..leaves.len()`).
+    pub leaves: Vec<LinBit>,
+    /// Public variables (per element) and monomials over them (indices into `pvars`).
+    pub pvars: Vec<PVar>,
+    /// Public monomials.
+    pub pmonos: Vec<Vec<(u32, u8)>>,
+    /// Dealer words.
+    pub words: Vec<WordDef>,
+    /// Exchanges in order; the last reveals the outputs.
+    pub exchanges: Vec<Exchange>,
+    /// Opened bit `j` is leaf `opened[j]` (its mask is `z_j`).
+    pub opened: Vec<u32>,
+    /// Beaver difference `j` is opened in exchange `beaver_round[j]` (from 1).
+    pub beaver_round: Vec<u32>,
+    /// The lookup.
+    pub lookup: LookupPlan,
+    /// Output kinds.
+    pub outputs: Vec<Kind>,
+    /// Total locals (leaves, then lookup outputs).
+    pub locals: u32,
+}
+
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Program")
+            .field("spec", &self.spec.name)
+            .field("fingerprint", &format_args!("{:016x}", self.fingerprint()))
+            .field("cmp", &self.cmp)
+            .field("lookup", &self.lookup_backend)
+            .field("full_width", &self.full_width)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The public cost of one element of a program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cost {
+    /// Key bits of one party.
+    pub key_bits: u64,
+    /// Bits one party sends (it receives as many).
+    pub sent_bits: u64,
+    /// Exchanges.
+    pub rounds: u32,
+    /// Comparison queries.
+    pub queries: u64,
+}
+
+impl Program {
+    /// FNV-1a of the normalised spec's JSON and the backend choices: two programs with equal
+    /// fingerprints read each other's keys.
+    pub fn fingerprint(&self) -> u64 {
+        let text = format!(
+            "{}|{:?}|{:?}|{:?}",
+            serde_json::to_string(&self.norm).expect("serialises"),
+            self.cmp,
+            self.lookup_backend,
+            self.full_width
+        );
+        text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+    }
+
+    /// Input width.
+    pub fn in_bits(&self) -> u32 {
+        self.spec.in_bits
+    }
+
+    /// Output ring width.
+    pub fn out_bits(&self) -> u32 {
+        self.spec.out_bits
+    }
+
+    /// Width of output `o`.
+    pub fn output_width(&self, o: usize) -> u32 {
+        match self.outputs[o] {
+            Kind::Arith => self.spec.out_bits,
+            Kind::Bool => 1,
+        }
+    }
+
+    /// Key bits of one family key per element.
+    pub fn family_key_bits(&self, f: &Family) -> u64 {
+        let params = fss::bitdpf::BitDpfParams::new(f.bits).expect("valid width");
+        match self.cmp {
+            CmpBackend::OneKey => params.key_bits(),
+            CmpBackend::PerThreshold => f.points.len() as u64 * (params.key_bits() + 1),
+        }
+    }
+
+    /// Intervals of the DCF lookup in `x̂`-space: `m + 1` (one interval wraps), at most `2^n`.
+    pub fn hat_intervals(&self) -> usize {
+        let (m, n) = (self.norm.pieces.len(), self.in_bits());
+        if n < 64 && m as u64 >= 1u64 << n { m } else { m + 1 }
+    }
+
+    /// Key bits of the lookup per element.
+    pub fn lookup_key_bits(&self) -> u64 {
+        match &self.lookup {
+            LookupPlan::None => 0,
+            LookupPlan::Table(t) => table_params(t.domain_bits, self.out_bits()).key_bits(),
+            LookupPlan::Dcf(d) => {
+                let p = fss::dcf::DcfParams::new(self.in_bits(), self.out_bits(), d.words as u32)
+                    .expect("valid DCF shape");
+                (self.hat_intervals() as u64 - 1) * p.key_bits() + d.words as u64 * self.out_bits() as u64
+            }
+        }
+    }
+
+    /// Per-element cost.
+    pub fn cost(&self) -> Cost {
+        let cmp: u64 = self.families.iter().map(|f| self.family_key_bits(f)).sum();
+        let words: u64 = self.words.iter().map(|w| w.width as u64).sum();
+        let sent = self
+            .exchanges
+            .iter()
+            .map(|e| {
+                e.bits.len() as u64
+                    + e.beaver.iter().map(|(_, f)| f.bits as u64).sum::<u64>()
+                    + e.outputs.iter().map(|f| f.bits as u64).sum::<u64>()
+            })
+            .sum();
+        Cost {
+            key_bits: cmp + words + self.lookup_key_bits(),
+            sent_bits: sent,
+            rounds: self.exchanges.len() as u32,
+            queries: self.families.iter().map(|f| f.points.len() as u64).sum(),
+        }
+    }
+}
+
+/// The arithmetic DPF shape of a table lookup.
+pub fn table_params(domain_bits: u32, out_bits: u32) -> fss::adpf::AdpfParams {
+    let et = domain_bits.min(TABLE_ET_LEVELS);
+    fss::adpf::AdpfParams::new(domain_bits, out_bits, 1, et).expect("valid table shape")
+}
+
+/// Early-termination levels of lookup-table DPFs (2 levels: 4 slots per leaf).
+pub const TABLE_ET_LEVELS: u32 = 2;
+
+/// Largest lookup-table domain.
+pub const MAX_TABLE_BITS: u32 = 16;
+
+/// Compile `spec` with `options`.
+///
+/// # Errors
+/// [`SpecError`] if the spec is invalid or the chosen backends cannot express it.
+pub fn compile(spec: &OperatorSpec, options: CompileOptions) -> Result<Program, SpecError> {
+    spec.validate()?;
+    let orig = spec;
+    let spec = normalise(spec);
+    let splits: Vec<bool> = match options.split {
+        Some(s) => vec![s],
+        None => vec![false, true],
+    };
+    let lookups: Vec<LookupBackend> = match options.lookup {
+        Some(l) => vec![l],
+        None => candidates(&spec),
+    };
+    let mut best: Option<(Program, u64)> = None;
+    let mut first_err = None;
+    for &split in &splits {
+        for &lookup in &lookups {
+            let mode = match (split, shift_amount(&spec)) {
+                (true, Some(f)) => FullWidth::Split(f),
+                (true, None) if options.split == Some(true) => {
+                    return Err(SpecError::Phi { node: 0, msg: "a split needs exactly one shift".into() });
+                }
+                (true, None) => continue,
+                (false, _) => FullWidth::Whole,
+            };
+            match Lower::new(orig, &spec, options.cmp, lookup, mode).and_then(Lower::run) {
+                Ok(p) => {
+                    let c = p.cost();
+                    let score = c.key_bits;
+                    if best.as_ref().is_none_or(|(_, s)| score < *s) {
+                        best = Some((p, score));
+                    }
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+    }
+    best.map(|(p, _)| p).ok_or_else(|| first_err.expect("some candidate was tried"))
+}
+
+/// The lookup backends worth trying for `spec`.
+fn candidates(spec: &OperatorSpec) -> Vec<LookupBackend> {
+    let mut c = vec![LookupBackend::StepBits];
+    if spec.degree() == 0 {
+        c.push(LookupBackend::IndexLut);
+        if let Some(s) = reduced_view_shift(spec) {
+            c.push(LookupBackend::ReducedView { shift: s });
+        }
+    }
+    // DCF keys grow with the interval count; the paper's backend is tried for small specs.
+    if spec.pieces.len() <= 16 {
+        c.push(LookupBackend::Dcf);
+    }
+    c
+}
+
+/// The row shift of a reduced view: all boundaries are multiples of `2^s` and the
+/// `2^{n−s}` rows fit a table.
+pub fn reduced_view_shift(spec: &OperatorSpec) -> Option<u32> {
+    let n = spec.in_bits;
+    let s = spec.boundaries.iter().skip(1).map(|b| b.trailing_zeros()).min().unwrap_or(n).min(n);
+    (n - s <= MAX_TABLE_BITS && n > s && spec.bool_count() == 0 && spec.phi.is_none()).then_some(s)
+}
+
+/// The shift of the spec's `Shr` nodes, if they all use one amount.
+fn shift_amount(spec: &OperatorSpec) -> Option<u32> {
+    let shifts: Vec<u32> = spec
+        .phi
+        .iter()
+        .flat_map(|p| p.nodes.iter())
+        .filter_map(|n| match n {
+            Node::Shr { bits } => Some(*bits),
+            _ => None,
+        })
+        .collect();
+    match shifts.first() {
+        Some(&f) if shifts.iter().all(|&g| g == f) => Some(f),
+        _ => None,
+    }
+}
+
+/// Coefficients of `P(X + d)` from those of `P(X)`, mod `2^bits`.
+pub fn shift_poly(c: &[u64], d: u64, bits: u32) -> Vec<u64> {
+    let m = mask(bits);
+    let mut out = vec![0u64; c.len()];
+    for (j, &cj) in c.iter().enumerate() {
+        // cj·(X + d)^j = Σ_k cj·C(j,k)·d^{j−k}·X^k
+        let mut binom = 1u64;
+        for k in (0..=j).rev() {
+            // k from j down: C(j, k) · d^{j−k}
+            let pow = d.wrapping_pow((j - k) as u32);
+            out[k] = out[k].wrapping_add(cj.wrapping_mul(binom).wrapping_mul(pow)) & m;
+            binom = binom * k as u64 / (j - k + 1) as u64;
+        }
+    }
+    out
+}
+
+/// Make the pieces' polynomials functions of the *unsigned* lift `X_u`: for a signed spec
+/// whose outputs are wider than its input, the sign boundary `2^{n−1}` becomes an interval
+/// boundary and the negative pieces are re-expanded at `X_u − 2^n`.
+fn normalise(spec: &OperatorSpec) -> OperatorSpec {
+    let mut s = spec.clone();
+    let (n, l) = (s.in_bits, s.out_bits);
+    if !(s.signed && l > n && s.degree() > 0) {
+        return s;
+    }
+    let h = 1u64 << (n - 1);
+    let i = s.piece_of(h);
+    if s.boundaries[i] != h {
+        s.boundaries.insert(i + 1, h);
+        let p = s.pieces[i].clone();
+        s.pieces.insert(i + 1, p);
+    }
+    let shift = (1u64 << n).wrapping_neg();
+    for (b, p) in s.boundaries.iter().zip(s.pieces.iter_mut()) {
+        if *b >= h {
+            for c in &mut p.polys {
+                let w: Vec<u64> = c.iter().map(|&v| word(v, l)).collect();
+                *c = shift_poly(&w, shift, l).into_iter().map(|v| v as i128).collect();
+            }
+        }
+    }
+    s
+}
+
+/// A Boolean value during lowering.
+#[derive(Clone, Debug)]
+enum BExpr {
+    Leaf(LinBit),
+    /// A local XOR share that is not a comparison bit (a lookup output's low bit).
+    Loc(u32),
+    And(Vec<BExpr>),
+    Xor(Vec<BExpr>),
+    Not(Box<BExpr>),
+}
+
+impl BExpr {
+    fn constant(b: bool) -> BExpr {
+        BExpr::Leaf(LinBit::constant(b))
+    }
+
+    fn xor(a: BExpr, b: BExpr) -> BExpr {
+        match (a, b) {
+            (BExpr::Leaf(x), BExpr::Leaf(y)) => BExpr::Leaf(x.xor(&y)),
+            (a, b) => BExpr::Xor(vec![a, b]),
+        }
+    }
+
+    fn not(a: BExpr) -> BExpr {
+        match a {
+            BExpr::Leaf(x) => BExpr::Leaf(x.not()),
+            a => BExpr::Not(Box::new(a)),
+        }
+    }
+
+    fn and(a: BExpr, b: BExpr) -> BExpr {
+        match (a, b) {
+            (BExpr::Leaf(x), _) if x.as_constant() == Some(false) => BExpr::constant(false),
+            (_, BExpr::Leaf(y)) if y.as_constant() == Some(false) => BExpr::constant(false),
+            (BExpr::Leaf(x), b) if x.as_constant() == Some(true) => b,
+            (a, BExpr::Leaf(y)) if y.as_constant() == Some(true) => a,
+            (a, b) => BExpr::And(vec![a, b]),
+        }
+    }
+
+    fn or(a: BExpr, b: BExpr) -> BExpr {
+        // a ∨ b = ¬(¬a ∧ ¬b)
+        BExpr::not(BExpr::and(BExpr::not(a), BExpr::not(b)))
+    }
+}
+
+/// The lowering of one spec with fixed backend choices.
+struct Lower<'a> {
+    orig: &'a OperatorSpec,
+    spec: &'a OperatorSpec,
+    cmp: CmpBackend,
+    backend: LookupBackend,
+    fams: Families,
+    /// Leaves by content, and their order.
+    leaf_ids: HashMap<LinBit, u32>,
+    leaves: Vec<LinBit>,
+    /// Opened bits: leaf → bit index.
+    open_ids: HashMap<u32, u32>,
+    opened: Vec<u32>,
+    /// Locals beyond the leaves: (availability exchange).
+    extra_locals: Vec<u32>,
+    /// Beaver products: (a − U, b − V, exchange).
+    beavers: Vec<(Sym, Sym, u32)>,
+    lookup: LookupPlan,
+    /// Lowered polynomial outputs, constants and formulas of the active piece.
+    polys: Vec<Sym>,
+    consts: Vec<Sym>,
+    bools: Vec<BExpr>,
+}
+
+impl<'a> Lower<'a> {
+    fn new(
+        orig: &'a OperatorSpec,
+        spec: &'a OperatorSpec,
+        cmp: CmpBackend,
+        backend: LookupBackend,
+        mode: FullWidth,
+    ) -> Result<Lower<'a>, SpecError> {
+        Ok(Lower {
+            orig,
+            spec,
+            cmp,
+            backend,
+            fams: Families::new(spec.in_bits, mode),
+            leaf_ids: HashMap::new(),
+            leaves: vec![],
+            open_ids: HashMap::new(),
+            opened: vec![],
+            extra_locals: vec![],
+            beavers: vec![],
+            lookup: LookupPlan::None,
+            polys: vec![],
+            consts: vec![],
+            bools: vec![],
+        })
+    }
+
+    fn l(&self) -> u32 {
+        self.spec.out_bits
+    }
+
+    fn n(&self) -> u32 {
+        self.spec.in_bits
+    }
+
+    fn unsupported(&self, msg: impl Into<String>) -> SpecError {
+        SpecError::Phi { node: 0, msg: format!("{:?} lookup: {}", self.backend, msg.into()) }
+    }
+
+    fn leaf(&mut self, b: &LinBit) -> u32 {
+        if let Some(&i) = self.leaf_ids.get(b) {
+            return i;
+        }
+        let i = self.leaves.len() as u32;
+        self.leaves.push(b.clone());
+        self.leaf_ids.insert(b.clone(), i);
+        i
+    }
+
+    fn open(&mut self, b: &LinBit) -> u32 {
+        let leaf = self.leaf(b);
+        self.open_local(leaf)
+    }
+
+    /// Open local `id` (a leaf, or a lookup local from `LOCAL_BASE`).
+    fn open_local(&mut self, id: u32) -> u32 {
+        if let Some(&j) = self.open_ids.get(&id) {
+            return j;
+        }
+        let j = self.opened.len() as u32;
+        self.opened.push(id);
+        self.open_ids.insert(id, j);
+        j
+    }
+
+    /// The exchange after which `s` can be evaluated.
+    fn ready(&self, s: &Sym) -> u32 {
+        let mut r = 0;
+        for v in s.public_vars() {
+            r = r.max(match v {
+                PVar::Open(_) => 1,
+                PVar::Beaver(i) => self.beavers[(i / 2) as usize].2,
+                _ => 0,
+            });
+        }
+        for v in s.secret_vars() {
+            if let SVar::Local(j) = v
+                && j >= LOCAL_BASE
+            {
+                r = r.max(self.extra_locals[(j - LOCAL_BASE) as usize]);
+            }
+        }
+        r
+    }
+
+    fn split(&self, b: SplitBit, carry: Option<&LinBit>) -> BExpr {
+        match (b.q.as_constant(), carry) {
+            (Some(false), _) => BExpr::Leaf(b.a),
+            (_, Some(c)) => {
+                BExpr::xor(BExpr::Leaf(b.a), BExpr::and(BExpr::Leaf(b.q), BExpr::Leaf(c.clone())))
+            }
+            (_, None) => unreachable!("split bits only exist in split mode"),
+        }
+    }
+
+    fn carry(&mut self) -> Option<LinBit> {
+        match self.fams.mode() {
+            FullWidth::Split(f) => Some(self.fams.carry(f)),
+            FullWidth::Whole => None,
+        }
+    }
+
+    fn sb(&mut self, b: SplitBit) -> BExpr {
+        let c = self.carry();
+        self.split(b, c.as_ref())
+    }
+
+    /// The bit as a ring element.
+    fn arith(&mut self, e: &BExpr) -> Sym {
+        let l = self.l();
+        match e {
+            BExpr::Leaf(b) => match b.as_constant() {
+                Some(v) => Sym::constant(l, v as u64),
+                None => {
+                    let j = self.open(b);
+                    Sym::opened_bit(l, j)
+                }
+            },
+            BExpr::Loc(id) => {
+                let j = self.open_local(*id);
+                Sym::opened_bit(l, j)
+            }
+            BExpr::Not(a) => Sym::constant(l, 1).sub(&self.arith(a)),
+            BExpr::And(v) => {
+                let mut acc = Sym::constant(l, 1);
+                for a in v {
+                    acc = acc.mul(&self.arith(a)).expect("bits are dealer-known");
+                }
+                acc
+            }
+            BExpr::Xor(v) => {
+                let mut acc = Sym::zero(l);
+                for a in v {
+                    let b = self.arith(a);
+                    let ab = acc.mul(&b).expect("bits are dealer-known");
+                    acc = acc.add(&b).sub(&ab.scale(2));
+                }
+                acc
+            }
+        }
+    }
+
+    /// The bit as XOR shares (`bits = 1`): linear leaves stay local, factors of products are
+    /// opened.
+    fn gf2(&mut self, e: &BExpr, under: bool) -> Sym {
+        match e {
+            BExpr::Leaf(b) => match b.as_constant() {
+                Some(v) => Sym::constant(1, v as u64),
+                None if under => {
+                    let j = self.open(b);
+                    Sym::opened_bit(1, j)
+                }
+                None => Sym::secret(1, SVar::Local(self.leaf(b))),
+            },
+            BExpr::Loc(id) if under => {
+                let j = self.open_local(*id);
+                Sym::opened_bit(1, j)
+            }
+            BExpr::Loc(id) => Sym::secret(1, SVar::Local(*id)),
+            BExpr::Not(a) => Sym::constant(1, 1).add(&self.gf2(a, under)),
+            BExpr::Xor(v) => v.iter().fold(Sym::zero(1), |acc, a| acc.add(&self.gf2(a, under))),
+            BExpr::And(v) => {
+                let mut acc = Sym::constant(1, 1);
+                for a in v {
+                    acc = acc.mul(&self.gf2(a, true)).expect("opened bits are dealer-known");
+                }
+                acc
+            }
+        }
+    }
+
+    fn atom(&mut self, a: Atom) -> BExpr {
+        let n = self.n();
+        let full = |n: u32| if n == 64 { u64::MAX } else { 1u64 << n };
+        let b = match a {
+            Atom::Lt { beta } => self.fams.below(n, beta),
+            Atom::LtLow { bits, gamma } => self.fams.below(bits, gamma),
+            Atom::Msb => self.fams.below(n, 1u64 << (n - 1)).not(),
+            Atom::MsbAdd { offset } => {
+                // msb(x + c) ⟺ x ∈ [H − c, N − c) (mod N).
+                let nn = 1u128 << n;
+                let (h, c) = ((nn / 2), offset as u128);
+                let lo = ((h + nn - c) % nn) as u64;
+                let hi = (nn - c) % nn;
+                let hi_bit =
+                    if hi == 0 { self.fams.below(n, full(n)) } else { self.fams.below(n, hi as u64) };
+                let lo_bit = self.fams.below(n, lo);
+                if hi == 0 || (lo as u128) < hi { hi_bit.xor(&lo_bit) } else { hi_bit.xor(&lo_bit.not()) }
+            }
+        };
+        self.sb(b)
+    }
+
+    fn formula(&mut self, e: &BoolExpr) -> BExpr {
+        match e {
+            BoolExpr::Const(b) => BExpr::constant(*b),
+            BoolExpr::Atom(i) => self.atom(self.spec.atoms[*i]),
+            BoolExpr::Not(a) => {
+                let a = self.formula(a);
+                BExpr::not(a)
+            }
+            BoolExpr::Xor(v) => {
+                let mut acc = BExpr::constant(false);
+                for a in v {
+                    let a = self.formula(a);
+                    acc = BExpr::xor(acc, a);
+                }
+                acc
+            }
+            BoolExpr::And(v) => {
+                let mut acc = BExpr::constant(true);
+                for a in v {
+                    let a = self.formula(a);
+                    acc = BExpr::and(acc, a);
+                }
+                acc
+            }
+            BoolExpr::Or(v) => {
+                let mut acc = BExpr::constant(false);
+                for a in v {
+                    let a = self.formula(a);
+                    acc = BExpr::or(acc, a);
+                }
+                acc
+            }
+        }
+    }
+
+    /// The unsigned lift `X_u = x̂ − r + 2^n·1[x̂ < r]` in `Z_{2^ℓ}`.
+    fn lift_unsigned(&mut self) -> Sym {
+        let (n, l) = (self.n(), self.l());
+        let x = Sym::public(l, PVar::XHat).sub(&Sym::secret(l, SVar::R));
+        if l <= n {
+            return x;
+        }
+        let w = self.fams.wrap(0);
+        let w = self.sb(w);
+        let w = self.arith(&w);
+        x.add(&w.scale(1u64 << n))
+    }
+
+    /// `X` as the spec defines it (signed or unsigned lift).
+    fn lift(&mut self) -> Sym {
+        let (n, l) = (self.n(), self.l());
+        let x = self.lift_unsigned();
+        if !self.spec.signed || l <= n {
+            return x;
+        }
+        let msb = self.atom(Atom::Msb);
+        let msb = self.arith(&msb);
+        x.sub(&msb.scale(1u64 << n))
+    }
+
+    /// `⌊X / 2^f⌋` by the fused identity (compiled-gates.md §4.1, digest §3.6).
+    fn shr(&mut self, f: u32) -> Sym {
+        let (n, l) = (self.n(), self.l());
+        let m = n - f;
+        let offset = if self.spec.signed { 1u64 << (n - 1) } else { 0 };
+        let c = self.fams.carry(f);
+        let c = self.arith(&BExpr::Leaf(c));
+        // The wrap term is a multiple of 2^m: it vanishes when the output ring is that narrow.
+        let w = if m >= l {
+            Sym::zero(l)
+        } else {
+            match self.fams.mode() {
+                FullWidth::Split(_) => {
+                    // w = L + E·c: L and E come from one point, so they are exclusive.
+                    let (lt, eq) = self.fams.high(f, offset);
+                    let lt = self.arith(&BExpr::Leaf(lt));
+                    let eq = self.arith(&BExpr::Leaf(eq));
+                    lt.add(&eq.mul(&c).expect("bits"))
+                }
+                FullWidth::Whole => {
+                    let w = self.fams.wrap(offset.wrapping_neg() & mask(n));
+                    let w = self.sb(w);
+                    self.arith(&w)
+                }
+            }
+        };
+        let a = Sym::public(l, PVar::XHatShr { offset, shift: f });
+        let mut y = a.sub(&Sym::secret(l, SVar::RShr(f))).sub(&c);
+        if m < l {
+            y = y.add(&w.scale(1u64 << m));
+        }
+        if self.spec.signed {
+            y = y.sub(&Sym::constant(l, 1u64 << (m - 1)));
+        }
+        y
+    }
+
+    /// `a · b`, through a Beaver round when a lookup share is involved.
+    fn mul(&mut self, a: &Sym, b: &Sym) -> Sym {
+        if let Ok(p) = a.mul(b) {
+            return p;
+        }
+        let l = self.l();
+        let i = self.beavers.len() as u32;
+        let (u, v) = (Sym::secret(l, SVar::Beaver(2 * i)), Sym::secret(l, SVar::Beaver(2 * i + 1)));
+        let round = self.ready(a).max(self.ready(b)) + 1;
+        self.beavers.push((a.sub(&u), b.sub(&v), round));
+        let (d, e) = (Sym::public(l, PVar::Beaver(2 * i)), Sym::public(l, PVar::Beaver(2 * i + 1)));
+        // ab = (d + u)(e + v) = de + dv + eu + uv
+        d.mul(&e)
+            .expect("public")
+            .add(&d.mul(&v).expect("dealer"))
+            .add(&e.mul(&u).expect("dealer"))
+            .add(&u.mul(&v).expect("dealer"))
+    }
+
+    /// Lower the pieces through the chosen lookup.
+    fn pieces(&mut self) -> Result<(), SpecError> {
+        let s = self.spec;
+        let (l, np, nc) = (self.l(), s.poly_count(), s.const_count());
+        match self.backend {
+            LookupBackend::StepBits => {
+                let x = if s.degree() > 0 { self.lift_unsigned() } else { Sym::zero(l) };
+                for j in 0..np {
+                    let deg = s.pieces.iter().map(|p| p.polys[j].len()).max().unwrap_or(1);
+                    let mut p = Sym::zero(l);
+                    let mut xk = Sym::constant(l, 1);
+                    for k in 0..deg {
+                        let vals: Vec<u64> = s
+                            .pieces
+                            .iter()
+                            .map(|p| word(p.polys[j].get(k).copied().unwrap_or(0), l))
+                            .collect();
+                        let c = self.step_sym(&vals);
+                        p = p.add(&c.mul(&xk).expect("dealer-known"));
+                        if k + 1 < deg {
+                            xk = xk.mul(&x).expect("dealer-known");
+                        }
+                    }
+                    self.polys.push(p);
+                }
+                for j in 0..nc {
+                    let vals: Vec<u64> = s.pieces.iter().map(|p| word(p.consts[j], l)).collect();
+                    let c = self.step_sym(&vals);
+                    self.consts.push(c);
+                }
+                self.piece_bools(true)?;
+            }
+            LookupBackend::IndexLut => {
+                if s.degree() > 0 {
+                    return Err(self.unsupported("needs degree-0 pieces"));
+                }
+                // Classes of identical rows.
+                let rows: Vec<Vec<u64>> = s
+                    .pieces
+                    .iter()
+                    .map(|p| {
+                        p.polys
+                            .iter()
+                            .map(|c| word(c[0], l))
+                            .chain(p.consts.iter().map(|&c| word(c, l)))
+                            .collect()
+                    })
+                    .collect();
+                let mut class_of = HashMap::new();
+                let mut classes: Vec<Vec<u64>> = vec![];
+                let idx: Vec<u64> = rows
+                    .iter()
+                    .map(|r| {
+                        *class_of.entry(r.clone()).or_insert_with(|| {
+                            classes.push(r.clone());
+                            classes.len() as u64 - 1
+                        })
+                    })
+                    .collect();
+                let bits = (usize::BITS - (classes.len() - 1).leading_zeros()).max(1);
+                if bits > MAX_TABLE_BITS {
+                    return Err(
+                        self.unsupported(format!("{} classes need a {bits}-bit table", classes.len()))
+                    );
+                }
+                let words = np + nc;
+                if words == 0 {
+                    return Err(self.unsupported("nothing to look up"));
+                }
+                let index_bits = step_bits(&mut self.fams, &s.boundaries, &idx, bits);
+                let mut opened = vec![];
+                for b in index_bits {
+                    if b.q.as_constant() != Some(false) {
+                        return Err(self.unsupported("index bits must be linear"));
+                    }
+                    opened.push(self.open(&b.a));
+                }
+                let mut table = vec![0u64; (1usize << bits) * words];
+                for (c, row) in classes.iter().enumerate() {
+                    table[c * words..(c + 1) * words].copy_from_slice(row);
+                }
+                let first = self.new_locals(words, 1);
+                self.lookup = LookupPlan::Table(TablePlan {
+                    domain_bits: bits,
+                    table,
+                    words,
+                    first_local: first,
+                    opened,
+                    shift: 0,
+                });
+                self.table_outputs(first, np, nc);
+                self.piece_bools(true)?;
+            }
+            LookupBackend::ReducedView { shift } => {
+                if s.degree() > 0 || s.bool_count() > 0 {
+                    return Err(self.unsupported("needs degree-0 pieces and no formulas"));
+                }
+                let n = self.n();
+                if shift == 0 || shift >= n || n - shift > MAX_TABLE_BITS {
+                    return Err(self.unsupported(format!("row shift {shift} on {n} bits")));
+                }
+                if s.boundaries.iter().any(|b| b & mask(shift) != 0) {
+                    return Err(self.unsupported(format!("boundaries are not multiples of 2^{shift}")));
+                }
+                let k = n - shift;
+                let words = np + nc;
+                if words == 0 {
+                    return Err(self.unsupported("nothing to look up"));
+                }
+                let mut table = vec![0u64; (1usize << k) * words];
+                for v in 0..1u64 << k {
+                    let p = &s.pieces[s.piece_of(v << shift)];
+                    let row: Vec<u64> = p
+                        .polys
+                        .iter()
+                        .map(|c| word(c[0], l))
+                        .chain(p.consts.iter().map(|&c| word(c, l)))
+                        .collect();
+                    table[v as usize * words..(v as usize + 1) * words].copy_from_slice(&row);
+                }
+                let c = self.fams.carry(shift);
+                let carry = self.open(&c);
+                let first = self.new_locals(words, 1);
+                self.lookup = LookupPlan::Table(TablePlan {
+                    domain_bits: k + 1,
+                    table,
+                    words,
+                    first_local: first,
+                    opened: vec![carry],
+                    shift,
+                });
+                self.table_outputs(first, np, nc);
+            }
+            LookupBackend::Dcf => {
+                let constant_bools =
+                    s.pieces.iter().all(|p| p.bools.iter().all(|e| matches!(e, BoolExpr::Const(_))));
+                if !constant_bools {
+                    return Err(self.unsupported("Boolean formulas must be constant per interval"));
+                }
+                let degree = s.degree();
+                let words = np * (degree + 1) + nc + s.bool_count();
+                if words == 0 {
+                    return Err(self.unsupported("nothing to look up"));
+                }
+                let first = self.new_locals(words, 0);
+                self.lookup = LookupPlan::Dcf(DcfPlan { words, degree, first_local: first });
+                for j in 0..np {
+                    let mut p = Sym::zero(l);
+                    let mut xk = Sym::constant(l, 1);
+                    for k in 0..=degree {
+                        let q = Sym::secret(l, SVar::Local(first + (j * (degree + 1) + k) as u32));
+                        p = p.add(&q.mul(&xk).expect("public"));
+                        xk = xk.mul(&Sym::public(l, PVar::XHat)).expect("public");
+                    }
+                    self.polys.push(p);
+                }
+                let base = first + (np * (degree + 1)) as u32;
+                for j in 0..nc {
+                    self.consts.push(Sym::secret(l, SVar::Local(base + j as u32)));
+                }
+                let base = base + nc as u32;
+                for j in 0..s.bool_count() {
+                    self.bools.push(BExpr::Loc(base + j as u32));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn new_locals(&mut self, count: usize, avail: u32) -> u32 {
+        let first = LOCAL_BASE + self.extra_locals.len() as u32;
+        self.extra_locals.extend(std::iter::repeat_n(avail, count));
+        first
+    }
+
+    fn table_outputs(&mut self, first: u32, np: usize, nc: usize) {
+        let l = self.l();
+        for j in 0..np {
+            self.polys.push(Sym::secret(l, SVar::Local(first + j as u32)));
+        }
+        for j in 0..nc {
+            self.consts.push(Sym::secret(l, SVar::Local(first + (np + j) as u32)));
+        }
+    }
+
+    /// Per-piece formulas as `⨁_F 1[x ∈ pieces with F] ∧ F`.
+    fn piece_bools(&mut self, thermometer: bool) -> Result<(), SpecError> {
+        let s = self.spec;
+        if !thermometer && s.bool_count() > 0 {
+            return Err(self.unsupported("formulas need the comparison"));
+        }
+        for j in 0..s.bool_count() {
+            // Constant formulas: one step function.
+            let consts: Vec<u64> = s
+                .pieces
+                .iter()
+                .map(|p| match p.bools[j] {
+                    BoolExpr::Const(b) => b as u64,
+                    _ => 0,
+                })
+                .collect();
+            let mut out = self.step_bool(&consts);
+            let mut formulas: Vec<&BoolExpr> =
+                s.pieces.iter().map(|p| &p.bools[j]).filter(|e| !matches!(e, BoolExpr::Const(_))).collect();
+            formulas.dedup();
+            let mut seen: Vec<&BoolExpr> = vec![];
+            for f in formulas {
+                if seen.contains(&f) {
+                    continue;
+                }
+                seen.push(f);
+                let ind: Vec<u64> = s.pieces.iter().map(|p| (&p.bools[j] == f) as u64).collect();
+                let ind = self.step_bool(&ind);
+                let v = self.formula(f);
+                out = BExpr::xor(out, BExpr::and(ind, v));
+            }
+            self.bools.push(out);
+        }
+        Ok(())
+    }
+
+    fn step_bool(&mut self, vals: &[u64]) -> BExpr {
+        if vals.iter().all(|&v| v == vals[0]) {
+            return BExpr::constant(vals[0] == 1);
+        }
+        let b = step_bits(&mut self.fams, &self.spec.boundaries, vals, 1).remove(0);
+        self.sb(b)
+    }
+
+    /// A step function of the interval as a ring element: a base plus opened bits.
+    fn step_sym(&mut self, vals: &[u64]) -> Sym {
+        let l = self.l();
+        if vals.iter().all(|&v| v == vals[0]) {
+            return Sym::constant(l, vals[0]);
+        }
+        // Base: the value just after the largest cyclic gap, so the offsets are small.
+        let mut sorted: Vec<u64> = vals.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let m = mask(l);
+        let mut base = sorted[0];
+        let mut gap = sorted[0].wrapping_sub(sorted[sorted.len() - 1]) & m;
+        for w in sorted.windows(2) {
+            if w[1] - w[0] > gap {
+                gap = w[1] - w[0];
+                base = w[1];
+            }
+        }
+        let offs: Vec<u64> = vals.iter().map(|&v| v.wrapping_sub(base) & m).collect();
+        let top = offs.iter().copied().max().unwrap_or(0);
+        let width = 64 - top.leading_zeros();
+        let bits = step_bits(&mut self.fams, &self.spec.boundaries, &offs, width);
+        let mut out = Sym::constant(l, base);
+        for (t, b) in bits.into_iter().enumerate() {
+            let e = self.sb(b);
+            let a = self.arith(&e);
+            out = out.add(&a.scale(1u64 << t));
+        }
+        out
+    }
+
+    fn run(mut self) -> Result<Program, SpecError> {
+        let s = self.spec;
+        let l = self.l();
+        self.pieces()?;
+        #[derive(Clone)]
+        enum V {
+            A(Sym),
+            B(BExpr),
+        }
+        let mut outs: Vec<V> = vec![];
+        if let Some(phi) = &s.phi {
+            let mut vals: Vec<V> = Vec::with_capacity(phi.nodes.len());
+            let a = |vals: &[V], k: usize| match &vals[k] {
+                V::A(x) => x.clone(),
+                V::B(_) => unreachable!("validated"),
+            };
+            let b = |vals: &[V], k: usize| match &vals[k] {
+                V::B(x) => x.clone(),
+                V::A(_) => unreachable!("validated"),
+            };
+            for node in &phi.nodes {
+                let v = match *node {
+                    Node::Const { value } => V::A(Sym::constant(l, word(value, l))),
+                    Node::X => V::A(self.lift()),
+                    Node::Poly { index } => V::A(self.polys[index].clone()),
+                    Node::Aux { index } => V::A(self.consts[index].clone()),
+                    Node::Kappa { index } => V::A(Sym::secret(l, SVar::Kappa(index as u32))),
+                    Node::Add { a: p, b: q } => V::A(a(&vals, p).add(&a(&vals, q))),
+                    Node::Sub { a: p, b: q } => V::A(a(&vals, p).sub(&a(&vals, q))),
+                    Node::Scale { a: p, by } => V::A(a(&vals, p).scale(word(by, l))),
+                    Node::Mul { a: p, b: q } => V::A(self.mul(&a(&vals, p), &a(&vals, q))),
+                    Node::B2a { a: p } => V::A(self.arith(&b(&vals, p))),
+                    Node::Select { bit, a: p, b: q } => {
+                        let c = self.arith(&b(&vals, bit));
+                        let (x, y) = (a(&vals, p), a(&vals, q));
+                        let d = self.mul(&c, &x.sub(&y));
+                        V::A(y.add(&d))
+                    }
+                    Node::Shr { bits } => V::A(self.shr(bits)),
+                    Node::Bool { index } => V::B(self.bools[index].clone()),
+                    Node::Atom { index } => V::B(self.atom(s.atoms[index])),
+                    Node::Bit { value } => V::B(BExpr::constant(value)),
+                    Node::Not { a: p } => V::B(BExpr::not(b(&vals, p))),
+                    Node::Xor { a: p, b: q } => V::B(BExpr::xor(b(&vals, p), b(&vals, q))),
+                    Node::And { a: p, b: q } => V::B(BExpr::and(b(&vals, p), b(&vals, q))),
+                    Node::Or { a: p, b: q } => V::B(BExpr::or(b(&vals, p), b(&vals, q))),
+                };
+                vals.push(v);
+            }
+            for o in &phi.outputs {
+                let (Output::Arith(k) | Output::Bool(k)) = *o;
+                outs.push(vals[k].clone());
+            }
+        } else {
+            outs.extend(self.polys.iter().cloned().map(V::A));
+            outs.extend(self.consts.iter().cloned().map(V::A));
+            outs.extend(self.bools.iter().cloned().map(V::B));
+        }
+        let mut out_syms = vec![];
+        let mut kinds = vec![];
+        for v in &outs {
+            match v {
+                V::A(x) => {
+                    out_syms.push(x.clone());
+                    kinds.push(Kind::Arith);
+                }
+                V::B(e) => {
+                    out_syms.push(self.gf2(e, false));
+                    kinds.push(Kind::Bool);
+                }
+            }
+        }
+        self.assemble(out_syms, kinds)
+    }
+
+    fn assemble(self, out_syms: Vec<Sym>, kinds: Vec<Kind>) -> Result<Program, SpecError> {
+        let l = self.l();
+        let nleaves = self.leaves.len() as u32;
+        // Lookup locals come after the leaves.
+        let local = move |j: u32| if j >= LOCAL_BASE { nleaves + (j - LOCAL_BASE) } else { j };
+        let fix = |s: &Sym| -> Sym {
+            let mut out = Sym::zero(s.bits());
+            for (p, m, c) in s.terms() {
+                let m: Mono<SVar> = m
+                    .iter()
+                    .map(|&(v, e)| match v {
+                        SVar::Local(j) => (SVar::Local(local(j)), e),
+                        other => (other, e),
+                    })
+                    .collect();
+                out = out.add(&term_sym(s.bits(), p.clone(), m, c));
+            }
+            out
+        };
+        let mut last = out_syms.iter().map(|s| self.ready(s)).max().unwrap_or(0);
+        if !self.opened.is_empty() {
+            last = last.max(1);
+        }
+        for (_, _, r) in &self.beavers {
+            last = last.max(*r);
+        }
+        let rounds = last as usize + 1;
+        let mut b = Builder::new();
+        let mut exchanges: Vec<Exchange> = (0..rounds).map(|_| Exchange::default()).collect();
+        for (j, &id) in self.opened.iter().enumerate() {
+            // Each party sends its share of the bit ⊕ its share of z_j.
+            let s = Sym::secret(1, SVar::Local(local(id))).add(&Sym::secret(1, SVar::Z(j as u32)));
+            exchanges[0].bits.push(b.form(&s, None));
+        }
+        for (i, (da, db, r)) in self.beavers.iter().enumerate() {
+            let e = &mut exchanges[*r as usize - 1].beaver;
+            e.push((2 * i as u32, b.form(&fix(da), None)));
+            e.push((2 * i as u32 + 1, b.form(&fix(db), None)));
+        }
+        for (o, s) in out_syms.iter().enumerate() {
+            let f = b.form(&fix(s), Some(o));
+            exchanges[rounds - 1].outputs.push(f);
+        }
+        let full_width = self.fams.mode();
+        let (families, maps) = self.fams.finish();
+        let leaves: Vec<LinBit> = self.leaves.iter().map(|x| renumber(x, &maps)).collect();
+        let mut lookup = self.lookup.clone();
+        match &mut lookup {
+            LookupPlan::Table(t) => t.first_local = local(t.first_local),
+            LookupPlan::Dcf(d) => d.first_local = local(d.first_local),
+            LookupPlan::None => {}
+        }
+        let _ = l;
+        Ok(Program {
+            spec: self.orig.clone(),
+            norm: self.spec.clone(),
+            cmp: self.cmp,
+            lookup_backend: self.backend,
+            full_width,
+            families,
+            leaves,
+            pvars: b.pvars,
+            pmonos: b.pmonos,
+            words: b.words,
+            exchanges,
+            opened: self.opened.iter().map(|&j| local(j)).collect(),
+            beaver_round: self.beavers.iter().flat_map(|(_, _, r)| [*r, *r]).collect(),
+            lookup,
+            outputs: kinds,
+            locals: nleaves + self.extra_locals.len() as u32,
+        })
+    }
+}
+
+/// Lookup locals are numbered from here during lowering (renumbered after the leaves).
+const LOCAL_BASE: u32 = 1 << 24;
+
+fn term_sym(bits: u32, p: Mono<PVar>, s: Mono<SVar>, c: u64) -> Sym {
+    let mut out = Sym::constant(bits, c);
+    for (v, e) in p {
+        for _ in 0..e {
+            out = out.mul(&Sym::public(bits, v)).expect("public");
+        }
+    }
+    for (v, e) in s {
+        for _ in 0..e {
+            out = out.mul(&Sym::secret(bits, v)).expect("single local");
+        }
+    }
+    out
+}
+
+/// Turns syms into forms, allocating public monomials and dealer words.
+struct Builder {
+    pvars: Vec<PVar>,
+    pvar_ids: HashMap<PVar, u32>,
+    pmonos: Vec<Vec<(u32, u8)>>,
+    pmono_ids: HashMap<Vec<(u32, u8)>, u32>,
+    words: Vec<WordDef>,
+    word_ids: HashMap<(u32, Mono<SVar>), u32>,
+}
+
+impl Builder {
+    fn new() -> Builder {
+        Builder {
+            pvars: vec![],
+            pvar_ids: HashMap::new(),
+            pmonos: vec![],
+            pmono_ids: HashMap::new(),
+            words: vec![],
+            word_ids: HashMap::new(),
+        }
+    }
+
+    fn pmono(&mut self, m: &Mono<PVar>) -> Option<u32> {
+        if m.is_empty() {
+            return None;
+        }
+        let ids: Vec<(u32, u8)> = m
+            .iter()
+            .map(|&(v, e)| {
+                let n = self.pvars.len() as u32;
+                let id = *self.pvar_ids.entry(v).or_insert(n);
+                if id == n {
+                    self.pvars.push(v);
+                }
+                (id, e)
+            })
+            .collect();
+        let n = self.pmonos.len() as u32;
+        let id = *self.pmono_ids.entry(ids.clone()).or_insert(n);
+        if id == n {
+            self.pmonos.push(ids);
+        }
+        Some(id)
+    }
+
+    /// The form of `s`; dealer terms with a constant public factor go into one word per form
+    /// (with output `out`'s mask added).
+    fn form(&mut self, s: &Sym, out: Option<usize>) -> Form {
+        let bits = s.bits();
+        let mut terms = vec![];
+        let mut folded: Vec<(u64, Mono<SVar>)> = vec![];
+        for (p, m, c) in s.terms() {
+            let pm = self.pmono(p);
+            let src = if m.is_empty() {
+                Src::One
+            } else if let [(SVar::Local(j), 1)] = m.as_slice() {
+                Src::Local(*j)
+            } else if pm.is_none() {
+                folded.push((c, m.clone()));
+                continue;
+            } else {
+                let n = self.words.len() as u32;
+                let id = *self.word_ids.entry((bits, m.clone())).or_insert(n);
+                if id == n {
+                    self.words.push(WordDef { bits, width: 0, value: vec![(1, m.clone())], out_mask: None });
+                }
+                let w = &mut self.words[id as usize];
+                w.width = w.width.max(bits - valuation(c, bits));
+                Src::Word(id)
+            };
+            terms.push(FTerm { coef: c, pmono: pm, src });
+        }
+        if !folded.is_empty() || out.is_some() {
+            let id = self.words.len() as u32;
+            let width = if out.is_some() {
+                bits
+            } else {
+                folded.iter().map(|(c, _)| bits - valuation(*c, bits)).max().unwrap_or(0)
+            };
+            self.words.push(WordDef { bits, width, value: folded, out_mask: out });
+            terms.push(FTerm { coef: 1, pmono: None, src: Src::Word(id) });
+        }
+        Form { bits, terms }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shifted_polynomials() {
+        // (X + 3)^2 = X^2 + 6X + 9
+        assert_eq!(shift_poly(&[0, 0, 1], 3, 16), vec![9, 6, 1]);
+        // 2 + 5X at X − 1: 5X − 3
+        assert_eq!(shift_poly(&[2, 5], u64::MAX, 8), vec![253, 5]);
+    }
+}

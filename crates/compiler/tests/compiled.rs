@@ -1,0 +1,182 @@
+//! Compiled gates against their specs' references: every input under edge masks at small
+//! widths, for every backend the spec allows.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{all_options, exhaustive, rng};
+use compiler::program::{CmpBackend, CompileOptions, LookupBackend};
+use compiler::spec::{Atom, BoolExpr, Node, OperatorSpec, Output, Phi, Piece};
+use compiler::{CompiledGate, compile};
+use fss::rng::Rng;
+
+/// Every backend combination that compiles `spec`; returns how many there were.
+fn all_backends(spec: &OperatorSpec) -> usize {
+    let options = all_options(spec);
+    for (i, &o) in options.iter().enumerate() {
+        exhaustive(spec, o, i as u64 + 1);
+    }
+    exhaustive(spec, CompileOptions::default(), 99);
+    options.len()
+}
+fn pieces(polys: &[&[i128]]) -> Vec<Piece> {
+    polys.iter().map(|c| Piece { polys: vec![c.to_vec()], ..Piece::default() }).collect()
+}
+
+fn base(name: &str, n: u32, l: u32, signed: bool, boundaries: Vec<u64>, pieces: Vec<Piece>) -> OperatorSpec {
+    OperatorSpec {
+        name: name.into(),
+        in_bits: n,
+        out_bits: l,
+        signed,
+        scale: None,
+        boundaries,
+        pieces,
+        atoms: vec![],
+        kappa: vec![],
+        phi: None,
+    }
+}
+
+#[test]
+fn relu_same_width() {
+    // step bits and DCF, each with both comparison keyings
+    assert_eq!(all_backends(&base("relu", 6, 6, true, vec![0, 32], pieces(&[&[0, 1], &[0]]))), 4);
+}
+
+#[test]
+fn relu_lifted_to_a_wider_ring() {
+    all_backends(&base("relu-lift", 6, 11, true, vec![0, 32], pieces(&[&[0, 1], &[0]])));
+    all_backends(&base("id-unsigned-lift", 5, 9, false, vec![0], pieces(&[&[3, 1]])));
+}
+
+#[test]
+fn polynomials_of_degree_two() {
+    let s = base(
+        "quad",
+        6,
+        8,
+        true,
+        vec![0, 7, 20, 40, 50],
+        pieces(&[&[1, 2, 3], &[-5, 0, 1], &[9], &[0, -1], &[4, 4, 4]]),
+    );
+    all_backends(&s);
+}
+
+#[test]
+fn step_functions_use_tables() {
+    let vals: Vec<i128> = (0..9).map(|i| (i * i * 7 % 23) - 11).collect();
+    let b: Vec<u64> = vec![0, 3, 9, 17, 22, 31, 40, 41, 60];
+    let p: Vec<Piece> = vals
+        .iter()
+        .map(|&v| Piece { polys: vec![vec![v]], consts: vec![v * 3], ..Piece::default() })
+        .collect();
+    assert_eq!(all_backends(&base("steps", 6, 10, false, b, p)), 6);
+    // Rows of 2^3 covering the whole domain: a reduced view applies.
+    let b: Vec<u64> = (0..8).map(|i| i * 8).collect();
+    let p: Vec<Piece> =
+        (0..8).map(|i| Piece { polys: vec![vec![(i * 37 % 50) as i128]], ..Piece::default() }).collect();
+    assert_eq!(all_backends(&base("rows", 6, 9, false, b, p)), 8);
+}
+
+#[test]
+fn boolean_outputs_and_atoms() {
+    let mut s = base("bools", 6, 6, false, vec![0, 10, 33], pieces(&[&[1], &[2], &[3]]));
+    s.atoms =
+        vec![Atom::Lt { beta: 21 }, Atom::LtLow { bits: 3, gamma: 5 }, Atom::Msb, Atom::MsbAdd { offset: 7 }];
+    s.pieces[0].bools = vec![BoolExpr::Const(true), BoolExpr::Atom(1)];
+    s.pieces[1].bools =
+        vec![BoolExpr::Const(false), BoolExpr::And(vec![BoolExpr::Atom(0), BoolExpr::Atom(1)])];
+    s.pieces[2].bools = vec![
+        BoolExpr::Const(true),
+        BoolExpr::Or(vec![BoolExpr::Atom(2), BoolExpr::Not(Box::new(BoolExpr::Atom(3)))]),
+    ];
+    all_backends(&s);
+}
+
+fn phi(nodes: Vec<Node>, outputs: Vec<Output>) -> Option<Phi> {
+    Some(Phi { nodes, outputs })
+}
+
+#[test]
+fn exact_shifts() {
+    for (n, f) in [(8u32, 3u32), (7, 1), (9, 5)] {
+        for signed in [true, false] {
+            let mut s = base("shr", n, n, signed, vec![0], vec![Piece::default()]);
+            s.phi = phi(vec![Node::Shr { bits: f }], vec![Output::Arith(0)]);
+            all_backends(&s);
+            // With the sign (ARS + sign from one opening).
+            s.atoms = vec![Atom::Msb];
+            s.phi = phi(
+                vec![Node::Shr { bits: f }, Node::Atom { index: 0 }, Node::Not { a: 1 }],
+                vec![Output::Arith(0), Output::Bool(2)],
+            );
+            all_backends(&s);
+        }
+    }
+    // Truncate-reduce: an unsigned shift into a narrower ring.
+    let mut s = base("tr", 9, 5, false, vec![0], vec![Piece::default()]);
+    s.phi = phi(vec![Node::Shr { bits: 4 }], vec![Output::Arith(0)]);
+    all_backends(&s);
+}
+
+#[test]
+fn phi_products_selects_and_kappa() {
+    let mut s = base("phi", 6, 8, true, vec![0, 16, 32, 48], pieces(&[&[3, 1], &[-2, 2], &[0, -1], &[5]]));
+    s.kappa = vec![77];
+    s.atoms = vec![Atom::Lt { beta: 40 }, Atom::Msb];
+    s.pieces.iter_mut().for_each(|p| p.consts = vec![7]);
+    s.phi = phi(
+        vec![
+            Node::Poly { index: 0 },             // 0
+            Node::X,                             // 1
+            Node::Mul { a: 0, b: 1 },            // 2: P·X
+            Node::Atom { index: 0 },             // 3
+            Node::Kappa { index: 0 },            // 4
+            Node::Select { bit: 3, a: 2, b: 4 }, // 5
+            Node::Aux { index: 0 },              // 6
+            Node::Add { a: 5, b: 6 },            // 7
+            Node::Atom { index: 1 },             // 8
+            Node::And { a: 3, b: 8 },            // 9
+            Node::B2a { a: 9 },                  // 10
+            Node::Scale { a: 10, by: -3 },       // 11
+            Node::Sub { a: 7, b: 11 },           // 12
+            Node::Mul { a: 0, b: 0 },            // 13: P²
+        ],
+        vec![Output::Arith(12), Output::Bool(9), Output::Arith(13)],
+    );
+    all_backends(&s);
+}
+
+#[test]
+fn key_shapes_do_not_depend_on_the_mask() {
+    let mut s = base("shape", 8, 8, true, vec![0, 5, 128, 200], pieces(&[&[1, 1], &[2], &[0, 3], &[4]]));
+    s.atoms = vec![Atom::Lt { beta: 9 }];
+    s.pieces.iter_mut().for_each(|p| p.bools = vec![BoolExpr::Atom(0)]);
+    let mut d = s.clone();
+    d.atoms.clear();
+    d.pieces.iter_mut().for_each(|p| p.polys = vec![vec![p.polys[0][0] * 5]]);
+    d.pieces.iter_mut().enumerate().for_each(|(i, p)| p.bools = vec![BoolExpr::Const(i % 2 == 0)]);
+    for (s, options) in [
+        (&s, CompileOptions::default()),
+        (&d, CompileOptions { lookup: Some(LookupBackend::Dcf), ..CompileOptions::default() }),
+        (&d, CompileOptions { lookup: Some(LookupBackend::IndexLut), ..CompileOptions::default() }),
+        (&s, CompileOptions { cmp: CmpBackend::PerThreshold, ..CompileOptions::default() }),
+    ] {
+        let program = Arc::new(compile(s, options).unwrap());
+        let gate = CompiledGate::new(program.clone(), 1);
+        let mut r = rng(5);
+        let sizes: Vec<usize> = [0u64, 1, 127, 128, 251, 255, 56, 200]
+            .iter()
+            .map(|&m| {
+                let (k0, k1) = gate.deal(&[m], &[r.next_u64() & 255, r.next_u64() & 1], &mut r).unwrap();
+                use gates::GateKey;
+                assert_eq!(k0.to_bytes().len(), k1.to_bytes().len());
+                k0.to_bytes().len()
+            })
+            .collect();
+        assert!(sizes.windows(2).all(|w| w[0] == w[1]), "{options:?}: {sizes:?}");
+        assert_eq!(sizes[0] as u64, program.cost().key_bits.div_ceil(8));
+    }
+}

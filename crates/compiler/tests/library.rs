@@ -1,0 +1,58 @@
+//! The operator library compiled: every input under edge masks at small widths and scales,
+//! random and edge inputs at n = 37 and 50 with the real scale.
+
+mod common;
+
+use common::{all_options, exhaustive, full_width};
+use compiler::CompileOptions;
+use compiler::library::*;
+use compiler::spec::OperatorSpec;
+
+fn small() -> Vec<OperatorSpec> {
+    vec![
+        relu(8, 12),
+        gelu(10, 14, 4, GeluForm::Erf),
+        gelu(11, 11, 4, GeluForm::Tanh),
+        silu(11, 13, 3),
+        sigmoid(10, 12, 4),
+        tanh(9, 12, 4),
+        nexp(10, 14, 4),
+        reciprocal(4, 8, 12),
+        rsqrt(12, 14, 2, 4),
+        ars(9, 3, false),
+        ars(9, 3, true),
+        truncate(9, 4),
+        clip(8, -9, 17),
+    ]
+}
+
+#[test]
+fn every_backend_on_every_input_at_small_widths() {
+    for (i, s) in small().iter().enumerate() {
+        s.validate().unwrap();
+        exhaustive(s, CompileOptions::default(), i as u64);
+        for (j, o) in all_options(s).into_iter().enumerate() {
+            exhaustive(s, o, (100 * i + j) as u64);
+        }
+    }
+}
+
+#[test]
+fn full_width_at_37_and_50() {
+    for n in [37u32, 50] {
+        let f = 12;
+        let specs = [
+            gelu(n - f, n, f, GeluForm::Erf),
+            gelu(n, n, f, GeluForm::Tanh),
+            silu(n, n, f),
+            nexp(n - f + 2, n, f),
+            reciprocal(f, 128, n),
+            rsqrt(n, n, f, 1024),
+            ars(n, f, true),
+            truncate(n, f),
+        ];
+        for (i, s) in specs.iter().enumerate() {
+            full_width(s, CompileOptions::default(), 300, (n as u64) << 8 | i as u64);
+        }
+    }
+}
