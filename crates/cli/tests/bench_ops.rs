@@ -72,3 +72,110 @@ fn sigma_rows_are_exact_with_sigma_round_counts() {
         .unwrap();
     assert!(!bad.status.success());
 }
+
+fn rows_of(args: &[&str]) -> Vec<serde_json::Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_fusefss")).args(args).output().expect("run fusefss");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// `--impl both`: rows pair by op, every row exact, and the compiled operators meet the
+/// paper's claims against the SIGMA rows (per-element key, communication and rounds do not
+/// depend on the element count).
+#[test]
+fn compiled_rows_beat_sigma_rows() {
+    let ops = "ars_exact,ars_sign,gelu,silu,nexp,reciprocal,rsqrt,softmax,layernorm";
+    let rows = rows_of(&[
+        "bench",
+        "ops",
+        "--impl",
+        "both",
+        "--json",
+        "--elements",
+        "256",
+        "--reps",
+        "1",
+        "--ops",
+        ops,
+    ]);
+    for r in &rows {
+        assert_eq!(r["exact"], true, "{r}");
+    }
+    let get = |op: &str, imp: &str| {
+        rows.iter()
+            .find(|r| r["op"] == op && r["impl"] == imp)
+            .unwrap_or_else(|| panic!("no row {op} {imp}"))
+            .clone()
+    };
+    let f = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap();
+    for op in ["gelu", "silu", "nexp", "reciprocal", "rsqrt"] {
+        let (s, c) = (get(op, "sigma"), get(op, "fusefss"));
+        assert!(f(&c, "key_bytes_per_elem") <= 0.8 * f(&s, "key_bytes_per_elem"), "{op}: {c} vs {s}");
+        assert!(f(&c, "comm_bytes_per_elem") <= 0.9 * f(&s, "comm_bytes_per_elem"), "{op}");
+        assert!(f(&c, "rounds") < f(&s, "rounds"), "{op}");
+        assert!(f(&c, "max_abs_err") <= f(&s, "max_abs_err"), "{op}");
+    }
+    let (s, c) = (get("ars_exact", "sigma"), get("ars_exact", "fusefss"));
+    assert!(f(&c, "key_bytes_per_elem") <= f(&s, "key_bytes_per_elem"));
+    assert!(f(&c, "comm_bytes_per_elem") <= 0.9 * f(&s, "comm_bytes_per_elem"));
+    assert!(f(&c, "rounds") < f(&s, "rounds"));
+    let (s, c) = (get("ars_sign", "sigma"), get("ars_sign", "fusefss"));
+    assert!(f(&c, "key_bytes_per_elem") <= 0.8 * f(&s, "key_bytes_per_elem"));
+    assert!(f(&c, "comm_bytes_per_elem") <= 0.9 * f(&s, "comm_bytes_per_elem"));
+    for op in ["softmax", "layernorm"] {
+        assert!(f(&get(op, "fusefss"), "rounds") < f(&get(op, "sigma"), "rounds"), "{op}");
+    }
+}
+
+/// `fusefss fit` writes a spec that `bench ops --spec` compiles and runs exactly.
+#[test]
+fn fit_writes_a_spec_that_runs() {
+    let dir = std::env::temp_dir().join(format!("fusefss-fit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("gelu.json");
+    let p = path.to_str().unwrap();
+    let summary = rows_of(&[
+        "fit",
+        "--function",
+        "gelu",
+        "--n",
+        "37",
+        "--f",
+        "12",
+        "--intervals",
+        "32",
+        "--degree",
+        "1",
+        "--out",
+        p,
+        "--json",
+    ]);
+    assert_eq!(summary.len(), 1);
+    let s = &summary[0];
+    assert!(s["max_abs_err"].as_f64().unwrap() < 0.05, "{s}");
+    assert_eq!(s["out_scale"], 24);
+    let spec: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(spec["in_bits"], 37);
+    let rows = rows_of(&[
+        "bench",
+        "ops",
+        "--impl",
+        "fusefss",
+        "--json",
+        "--elements",
+        "512",
+        "--reps",
+        "1",
+        "--ops",
+        "relu",
+        "--spec",
+        p,
+    ]);
+    let row = rows.iter().find(|r| r["op"] == spec["name"]).expect("a row for the spec");
+    assert_eq!(row["exact"], true);
+    assert_eq!(row["rounds"], 2);
+    let bad =
+        Command::new(env!("CARGO_BIN_EXE_fusefss")).args(["fit", "--function", "cosh"]).output().unwrap();
+    assert!(!bad.status.success());
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -10,6 +10,7 @@
 //! | [`program`] | compilation into a mask-independent [`Program`] with a choice of backends |
 //! | [`gate`] | [`CompiledGate`]: the dealer's keys and the parties' online evaluation |
 //! | [`library`] | GeLU, SiLU, sigmoid, tanh, nExp, reciprocal, rsqrt, exact shifts, clip as specs |
+//! | [`fit`] | piecewise polynomials fitted to a function, with their error (`fusefss fit`) |
 //! | [`composite`] | softmax, LayerNorm and RMSNorm with compiled nonlinearities; the program cache |
 //!
 //! ```
@@ -29,6 +30,7 @@
 //! ```
 
 pub mod composite;
+pub mod fit;
 pub mod gate;
 pub mod library;
 pub mod predicate;

@@ -69,6 +69,19 @@ impl Function {
         })
     }
 
+    /// The function's name (as [`Function::from_name`] reads it).
+    pub fn name(self) -> &'static str {
+        match self {
+            Function::Gelu => "gelu",
+            Function::GeluTanh => "gelu_tanh",
+            Function::Silu => "silu",
+            Function::Sigmoid => "sigmoid",
+            Function::Tanh => "tanh",
+            Function::NExp => "nexp",
+            Function::Reciprocal => "reciprocal",
+        }
+    }
+
     /// The names [`Function::from_name`] accepts.
     pub const NAMES: &'static [&'static str] =
         &["gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "nexp", "reciprocal"];
@@ -142,6 +155,7 @@ fn spec(name: String, n: u32, l: u32, signed: bool, scale: u32, b: Vec<u64>, p: 
         out_bits: l,
         signed,
         scale: Some(scale),
+        out_scale: None,
         boundaries: b,
         pieces: p,
         atoms: vec![],

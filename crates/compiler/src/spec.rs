@@ -52,9 +52,13 @@ pub struct OperatorSpec {
     /// How `X` lifts the input into `Z_{2^ℓ}`: two's complement (true) or unsigned.
     #[serde(default)]
     pub signed: bool,
-    /// Fixed-point scale of input and output (metadata for fitting and error reports).
+    /// Fixed-point scale of the input (metadata for fitting and error reports).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale: Option<u32>,
+    /// Fixed-point scale of the arithmetic outputs when it differs from the input's (a
+    /// polynomial of degree `d` in a scale-`f` input has outputs at `(d + 1)·f`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_scale: Option<u32>,
     /// Interval starts, strictly increasing, the first 0; the last interval ends at `2^n`.
     pub boundaries: Vec<u64>,
     /// One piece per interval.
@@ -445,8 +449,11 @@ impl OperatorSpec {
         if !(1..=64).contains(&l) {
             return Err(SpecError::Width(format!("out_bits = {l}, need 1..=64")));
         }
-        if self.scale.is_some_and(|s| s >= 63) {
-            return Err(SpecError::Width(format!("scale {:?} is too large", self.scale)));
+        if self.scale.is_some_and(|s| s >= 63) || self.out_scale.is_some_and(|s| s >= 63) {
+            return Err(SpecError::Width(format!(
+                "scales {:?}/{:?} are too large",
+                self.scale, self.out_scale
+            )));
         }
         self.validate_boundaries()?;
         self.validate_pieces()?;
@@ -749,6 +756,7 @@ mod tests {
             out_bits: 8,
             signed: true,
             scale: None,
+            out_scale: None,
             boundaries: vec![0, 128],
             pieces: vec![
                 Piece { polys: vec![vec![0, 1]], ..Piece::default() },

@@ -31,6 +31,7 @@ fn base(name: &str, n: u32, l: u32, signed: bool, boundaries: Vec<u64>, pieces: 
         out_bits: l,
         signed,
         scale: None,
+        out_scale: None,
         boundaries,
         pieces,
         atoms: vec![],

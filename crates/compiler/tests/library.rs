@@ -38,6 +38,19 @@ fn every_backend_on_every_input_at_small_widths() {
 }
 
 #[test]
+fn fitted_specs_compile_exactly() {
+    use compiler::fit::fit;
+    for (i, (func, k, d)) in
+        [(Function::Gelu, 8, 1), (Function::Sigmoid, 16, 0), (Function::Tanh, 5, 2), (Function::NExp, 7, 1)]
+            .into_iter()
+            .enumerate()
+    {
+        let s = fit(func, 12, 3, k, d).unwrap().spec;
+        exhaustive(&s, CompileOptions::default(), 500 + i as u64);
+    }
+}
+
+#[test]
 fn full_width_at_37_and_50() {
     for n in [37u32, 50] {
         let f = 12;
