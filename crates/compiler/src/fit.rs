@@ -180,11 +180,12 @@ fn chebyshev(func: Function, a: f64, b: f64, degree: usize) -> Vec<f64> {
     for c in 0..m {
         let p = (c..m).max_by(|&i, &j| rows[i][c].abs().total_cmp(&rows[j][c].abs())).expect("rows");
         rows.swap(c, p);
-        for i in 0..m {
+        let pivot = rows[c].clone();
+        for (i, row) in rows.iter_mut().enumerate() {
             if i != c {
-                let q = rows[i][c] / rows[c][c];
-                for k in c..=m {
-                    rows[i][k] -= q * rows[c][k];
+                let q = row[c] / pivot[c];
+                for (x, p) in row[c..].iter_mut().zip(&pivot[c..]) {
+                    *x -= q * p;
                 }
             }
         }
@@ -195,9 +196,9 @@ fn chebyshev(func: Function, a: f64, b: f64, degree: usize) -> Vec<f64> {
     for (k, &l) in local.iter().enumerate() {
         let scale = l / half.powi(k as i32);
         let mut binom = 1.0;
-        for j in 0..=k {
+        for (j, o) in out.iter_mut().enumerate().take(k + 1) {
             // C(k, j) x^j (−mid)^{k−j}
-            out[j] += scale * binom * (-mid).powi((k - j) as i32);
+            *o += scale * binom * (-mid).powi((k - j) as i32);
             binom = binom * (k - j) as f64 / (j + 1) as f64;
         }
     }
