@@ -72,12 +72,47 @@ struct LeafPlan {
     lt: Vec<(usize, Vec<u64>)>,
     eq: Vec<(usize, Vec<u64>)>,
     below: Vec<(u32, Vec<u64>)>,
+    /// Dense runs the leaf reads: (family, run, window masks).
+    runs: Vec<(usize, usize, RunMasks)>,
 }
 
-/// Per family: the points grouped by offset, each group sorted by `β`.
+/// A leaf's part in a dense run, over window positions `u` (`p = p_start + u`).
+#[derive(Clone, Debug, Default)]
+struct RunMasks {
+    /// `C(u) = ⨁_{k: u_k < u} m_k` for the leaf's LT terms in the run.
+    lt: Vec<u64>,
+    /// The leaf's EQ terms, at their window positions.
+    eq: Vec<u64>,
+    /// `C(S)`: the XOR of the leaf's LT terms in the run.
+    total: bool,
+}
+
+/// A dense run of a family's points, answered from equality shares over a window:
+/// points `a..=b` (in `β` order), window width `β_b − β_a + 1`, starting at `v − β_b`.
+#[derive(Clone, Debug)]
+struct Run {
+    a: usize,
+    b: usize,
+    width: usize,
+}
+
+/// Per family: the points grouped by offset, each group sorted by `β`; for a one-group
+/// family, its dense runs and the points still evaluated one by one (with each run's first
+/// point, whose `LT` anchors the run).
 #[derive(Clone, Debug)]
 struct FamilyPlan {
     groups: Vec<(u64, std::ops::Range<usize>)>,
+    runs: Vec<Run>,
+    sparse: Vec<usize>,
+}
+
+/// Split points (sorted by `β`) into runs at gaps wider than this.
+const RUN_GAP: u64 = 2048;
+
+/// A run is read from a window when its points would cost more one by one (≈ 8 ns each)
+/// than the window (≈ 0.05 ns per position for the tree, 0.005 ns per position and leaf).
+fn dense(count: usize, width: u64, leaves: usize) -> bool {
+    count >= 32 && (count as f64) * 8.0 > width as f64 * (0.05 + 0.005 * leaves as f64) + 200.0
 }
 
 /// What evaluation precomputes from a program.
@@ -121,10 +156,12 @@ impl EvalPlan {
                 plan
             })
             .collect();
+        let mut leaves: Vec<LeafPlan> = leaves;
         let families = p
             .families
             .iter()
-            .map(|f: &Family| {
+            .enumerate()
+            .map(|(fi, f): (usize, &Family)| {
                 let mut groups: Vec<(u64, std::ops::Range<usize>)> = vec![];
                 for (k, &(off, _)) in f.points.iter().enumerate() {
                     match groups.last_mut() {
@@ -132,11 +169,108 @@ impl EvalPlan {
                         _ => groups.push((off, k..k + 1)),
                     }
                 }
-                FamilyPlan { groups }
+                let mut plan = FamilyPlan { groups, runs: vec![], sparse: (0..f.points.len()).collect() };
+                if p.cmp == CmpBackend::OneKey && plan.groups.len() == 1 && f.bits > bitdpf::LEAF_BITS {
+                    dense_runs(fi, f, &mut plan, &mut leaves);
+                }
+                plan
             })
             .collect();
         EvalPlan { leaves, families }
     }
+}
+
+/// Find the dense runs of family `fi` and move the leaves' terms on their points into
+/// window masks.
+fn dense_runs(fi: usize, f: &Family, plan: &mut FamilyPlan, leaves: &mut [LeafPlan]) {
+    let beta = |k: usize| f.points[k].1;
+    let users = leaves.iter().filter(|l| l.lt.iter().chain(&l.eq).any(|(g, _)| *g == fi)).count();
+    let mut runs = vec![];
+    let mut a = 0;
+    for k in 1..=f.points.len() {
+        if k == f.points.len() || beta(k) - beta(k - 1) > RUN_GAP {
+            let width = beta(k - 1) - beta(a) + 1;
+            if dense(k - a, width, users) {
+                runs.push(Run { a, b: k - 1, width: width as usize });
+            }
+            a = k;
+        }
+    }
+    if runs.is_empty() {
+        return;
+    }
+    let mut in_run = vec![usize::MAX; f.points.len()];
+    for (ri, r) in runs.iter().enumerate() {
+        in_run[r.a..=r.b].iter_mut().for_each(|x| *x = ri);
+    }
+    for leaf in leaves.iter_mut() {
+        let mut masks: Vec<RunMasks> = runs
+            .iter()
+            .map(|r| RunMasks {
+                lt: vec![0; words_for(r.width)],
+                eq: vec![0; words_for(r.width)],
+                total: false,
+            })
+            .collect();
+        let mut used = vec![false; runs.len()];
+        for (list, is_lt) in [(&mut leaf.lt, true), (&mut leaf.eq, false)] {
+            for (g, m) in list.iter_mut() {
+                if *g != fi {
+                    continue;
+                }
+                for k in 0..f.points.len() {
+                    let ri = in_run[k];
+                    if ri == usize::MAX || (m[k / 64] >> (k % 64)) & 1 == 0 {
+                        continue;
+                    }
+                    m[k / 64] ^= 1 << (k % 64);
+                    used[ri] = true;
+                    let r = &runs[ri];
+                    let u = (beta(r.b) - beta(k)) as usize;
+                    if is_lt {
+                        // C(u') flips for every u' > u: mark u + 1, prefix-XOR below.
+                        masks[ri].total ^= true;
+                        if u + 1 < r.width {
+                            masks[ri].lt[(u + 1) / 64] ^= 1 << ((u + 1) % 64);
+                        }
+                    } else {
+                        masks[ri].eq[u / 64] ^= 1 << (u % 64);
+                    }
+                }
+            }
+        }
+        for (ri, mut m) in masks.into_iter().enumerate() {
+            if !used[ri] {
+                continue;
+            }
+            let mut carry = 0u64;
+            for w in m.lt.iter_mut() {
+                let mut x = *w;
+                x ^= x << 1;
+                x ^= x << 2;
+                x ^= x << 4;
+                x ^= x << 8;
+                x ^= x << 16;
+                x ^= x << 32;
+                x ^= carry;
+                carry = 0u64.wrapping_sub(x >> 63);
+                *w = x;
+            }
+            let tail = runs[ri].width % 64;
+            if tail != 0 {
+                let last = m.lt.len() - 1;
+                m.lt[last] &= (1u64 << tail) - 1;
+            }
+            if m.eq.iter().all(|&x| x == 0) {
+                m.eq.clear();
+            }
+            leaf.runs.push((fi, ri, m));
+        }
+    }
+    // One by one: points outside runs, and each run's first point.
+    plan.sparse =
+        (0..f.points.len()).filter(|&k| in_run[k] == usize::MAX || runs.iter().any(|r| r.a == k)).collect();
+    plan.runs = runs;
 }
 
 impl CompiledGate {
@@ -390,6 +524,8 @@ impl CompiledGate {
         // lt/eq bitsets per family, point order: [element][word]
         let mut lt: Vec<Vec<u64>> = vec![vec![]; p.families.len()];
         let mut eq: Vec<Vec<u64>> = vec![vec![]; p.families.len()];
+        let mut windows: Vec<Vec<Window>> =
+            self.plan.families.iter().map(|f| vec![Window::default(); f.runs.len()]).collect();
         for e0 in (0..self.len).step_by(chunk) {
             let e1 = (e0 + chunk).min(self.len);
             for (fi, f) in p.families.iter().enumerate() {
@@ -409,39 +545,108 @@ impl CompiledGate {
                         s.split.clear();
                         s.offsets.clear();
                         s.offsets.push(0);
-                        for &x in &xh[e0..e1] {
-                            let a = sorted_points(f, plan, n, x, &mut s.pts, &mut s.idx);
-                            s.split.push(a);
-                            s.offsets.push(s.pts.len());
-                        }
-                        s.lt.clear();
-                        s.lt.resize(lt_f.len(), 0);
-                        s.eq.clear();
-                        s.eq.resize(eq_f.len(), 0);
+                        let sub = plan.sparse.len();
                         let keys = key.cmp[fi].slice(e0, e1);
-                        let eqs = if f.eq { Some(&mut s.eq[..]) } else { None };
-                        keys.eval_sorted_bits(&s.pts, &s.offsets, &mut s.lt, eqs)?;
-                        for e in 0..e1 - e0 {
-                            let range = e * w..(e + 1) * w;
-                            match s.split[e] {
-                                // One group: point order is the sorted order reversed and rotated.
-                                Some(a) => {
-                                    unsort(&s.lt[range.clone()], t, a, &mut lt_f[range.clone()], &mut s.tmp);
+                        if sub <= FEW_POINTS {
+                            // A few points per element: one lane each, no trie.
+                            let m = mask(f.bits);
+                            s.pts.clear();
+                            s.idx.clear();
+                            for (e, &x) in xh[e0..e1].iter().enumerate() {
+                                for &k in &plan.sparse {
+                                    let (off, b) = f.points[k];
+                                    s.pts.push(f.view(n, x, off).wrapping_sub(b) & m);
+                                    s.idx.push(e as u32);
+                                }
+                            }
+                            s.cmp.clear();
+                            s.cmp.resize(s.pts.len(), CmpShares::default());
+                            keys.eval_indexed(&s.idx, &s.pts, &mut s.cmp)?;
+                            for e in 0..e1 - e0 {
+                                for (j, &k) in plan.sparse.iter().enumerate() {
+                                    let c = s.cmp[e * sub + j];
+                                    lt_f[e * w + k / 64] |= (c.lt.0 as u64) << (k % 64);
                                     if f.eq {
-                                        unsort(&s.eq[range.clone()], t, a, &mut eq_f[range], &mut s.tmp);
+                                        eq_f[e * w + k / 64] |= (c.eq.0 as u64) << (k % 64);
                                     }
                                 }
-                                None => {
-                                    for j in 0..t {
-                                        let k = s.idx[s.offsets[e] + j] as usize;
-                                        let bit =
-                                            |v: &[u64]| ((v[e * w + j / 64] >> (j % 64)) & 1) << (k % 64);
-                                        lt_f[e * w + k / 64] |= bit(&s.lt);
+                            }
+                        } else {
+                            for &x in &xh[e0..e1] {
+                                let a = sorted_points(f, plan, n, x, &mut s.pts, &mut s.idx);
+                                s.split.push(a);
+                                s.offsets.push(s.pts.len());
+                            }
+                            let ws = words_for(sub);
+                            s.lt.clear();
+                            s.lt.resize((e1 - e0) * ws, 0);
+                            s.eq.clear();
+                            s.eq.resize(if f.eq { (e1 - e0) * ws } else { 0 }, 0);
+                            let eqs = if f.eq { Some(&mut s.eq[..]) } else { None };
+                            keys.eval_sorted_bits(&s.pts, &s.offsets, &mut s.lt, eqs)?;
+                            let full = sub == t;
+                            for e in 0..e1 - e0 {
+                                let (rs, rf) = (e * ws..(e + 1) * ws, e * w..(e + 1) * w);
+                                match s.split[e] {
+                                    // One group: point order is the sorted order reversed and rotated.
+                                    Some(a) if full => {
+                                        unsort(&s.lt[rs.clone()], sub, a, &mut lt_f[rf.clone()], &mut s.tmp);
                                         if f.eq {
-                                            eq_f[e * w + k / 64] |= bit(&s.eq);
+                                            unsort(&s.eq[rs], sub, a, &mut eq_f[rf], &mut s.tmp);
+                                        }
+                                    }
+                                    Some(a) => {
+                                        // A subset: unsort within it, then spread to point order.
+                                        s.sub.clear();
+                                        s.sub.resize(ws, 0);
+                                        for (src, dst) in [(&s.lt, &mut *lt_f), (&s.eq, &mut *eq_f)] {
+                                            if dst.is_empty() {
+                                                continue;
+                                            }
+                                            unsort(&src[rs.clone()], sub, a, &mut s.sub, &mut s.tmp);
+                                            for (j, &k) in plan.sparse.iter().enumerate() {
+                                                dst[e * w + k / 64] |=
+                                                    ((s.sub[j / 64] >> (j % 64)) & 1) << (k % 64);
+                                            }
+                                        }
+                                    }
+                                    None => {
+                                        for j in 0..sub {
+                                            let k = s.idx[s.offsets[e] + j] as usize;
+                                            let bit = |v: &[u64]| {
+                                                ((v[e * ws + j / 64] >> (j % 64)) & 1) << (k % 64)
+                                            };
+                                            lt_f[e * w + k / 64] |= bit(&s.lt);
+                                            if f.eq {
+                                                eq_f[e * w + k / 64] |= bit(&s.eq);
+                                            }
                                         }
                                     }
                                 }
+                            }
+                        }
+                        // Dense runs: equality shares over each run's window.
+                        let m = mask(f.bits);
+                        let off = plan.groups.first().map_or(0, |g| g.0);
+                        for (ri, r) in plan.runs.iter().enumerate() {
+                            let (ba, bb) = (f.points[r.a].1, f.points[r.b].1);
+                            let starts: Vec<u64> =
+                                xh[e0..e1].iter().map(|&x| f.view(n, x, off).wrapping_sub(bb) & m).collect();
+                            let rw = words_for(r.width);
+                            let win = &mut windows[fi][ri];
+                            win.bits.clear();
+                            win.bits.resize((e1 - e0) * rw, 0);
+                            keys.eval_window_bits(&starts, r.width, &mut win.bits)?;
+                            win.wrap.clear();
+                            win.suffix.clear();
+                            for (e, &start) in starts.iter().enumerate() {
+                                let end = f.view(n, xh[e0 + e], off).wrapping_sub(ba) & m;
+                                // The window wraps over 2^bits at u_wrap = 2^bits − start.
+                                let u = if start > end { (m - start + 1) as usize } else { 0 };
+                                let bits = &win.bits[e * rw..(e + 1) * rw];
+                                let suffix = u != 0 && parity_from(bits, u);
+                                win.wrap.push(u);
+                                win.suffix.push(suffix);
                             }
                         }
                     }
@@ -485,6 +690,22 @@ impl CompiledGate {
                             .zip(&eq[*f][e * w..(e + 1) * w])
                             .map(|(a, b)| (a & b).count_ones())
                             .sum::<u32>();
+                    }
+                    for (f, ri, rm) in &leaf.runs {
+                        let win = &windows[*f][*ri];
+                        let rw = words_for(self.plan.families[*f].runs[*ri].width);
+                        let bits = &win.bits[e * rw..(e + 1) * rw];
+                        let u = win.wrap[e];
+                        // Points past the wrap end at 2^bits − 1 (LT = 0), the others at the
+                        // run's first point: its LT share, weighted by the LT terms after u.
+                        let cw = u > 0 && (rm.lt[u / 64] >> (u % 64)) & 1 == 1;
+                        let a = self.plan.families[*f].runs[*ri].a;
+                        let w = words_for(p.families[*f].points.len());
+                        let lt_a = (lt[*f][e * w + a / 64] >> (a % 64)) & 1 == 1;
+                        par ^= ((rm.total ^ cw) & lt_a) as u32;
+                        par ^= (cw & win.suffix[e]) as u32;
+                        par ^= rm.lt.iter().zip(bits).map(|(x, y)| (x & y).count_ones()).sum::<u32>();
+                        par ^= rm.eq.iter().zip(bits).map(|(x, y)| (x & y).count_ones()).sum::<u32>();
                     }
                     if party0 {
                         par ^= leaf.konst as u32;
@@ -707,9 +928,31 @@ fn static_pvar(v: PVar, n: u32) -> Option<Box<dyn Fn(u64) -> u64>> {
     }
 }
 
+/// A dense run's equality shares for a chunk of elements, where each window wraps, and the
+/// parity of its bits from there on.
+#[derive(Clone, Default)]
+struct Window {
+    bits: Vec<u64>,
+    wrap: Vec<usize>,
+    suffix: Vec<bool>,
+}
+
+/// Parity of bits `from..` of `bits`.
+fn parity_from(bits: &[u64], from: usize) -> bool {
+    let (i, sh) = (from / 64, from % 64);
+    let mut c = bits.get(i).map_or(0, |&x| (x >> sh).count_ones());
+    c += bits.iter().skip(i + 1).map(|x| x.count_ones()).sum::<u32>();
+    c & 1 == 1
+}
+
+/// Up to this many points per element are evaluated lane by lane rather than by a trie walk.
+const FEW_POINTS: usize = 8;
+
 /// Buffers reused across chunks of the comparison.
 #[derive(Default)]
 struct Scratch {
+    cmp: Vec<CmpShares>,
+    sub: Vec<u64>,
     pts: Vec<u64>,
     idx: Vec<u32>,
     offsets: Vec<usize>,
@@ -719,9 +962,10 @@ struct Scratch {
     tmp: Vec<u64>,
 }
 
-/// Family `f`'s points for masked input `x`, sorted. With one group of points (one offset),
-/// the sorted order is point order reversed and rotated: returns the rotation, and pushes no
-/// indices. Otherwise pushes each sorted point's index and returns `None`.
+/// Family `f`'s points (its plan's one-by-one subset) for masked input `x`, sorted. With one
+/// group of points (one offset), the sorted order is the subset's order reversed and
+/// rotated: returns the rotation, and pushes no indices. Otherwise pushes each sorted point's
+/// index and returns `None`.
 fn sorted_points(
     f: &Family,
     plan: &FamilyPlan,
@@ -731,13 +975,13 @@ fn sorted_points(
     idx: &mut Vec<u32>,
 ) -> Option<usize> {
     let m = mask(f.bits);
-    if let [(off, range)] = plan.groups.as_slice() {
+    if let [(off, _)] = plan.groups.as_slice() {
         let v = f.view(n, x, *off);
-        let betas = &f.points[range.clone()];
+        let sub = &plan.sparse;
         // β ≤ v gives v − β (descending in β), β > v wraps above v: each part reversed.
-        let q = betas.partition_point(|&(_, b)| b <= v);
-        pts.extend(betas[..q].iter().rev().map(|&(_, b)| v.wrapping_sub(b) & m));
-        pts.extend(betas[q..].iter().rev().map(|&(_, b)| v.wrapping_sub(b) & m));
+        let q = sub.partition_point(|&k| f.points[k].1 <= v);
+        pts.extend(sub[..q].iter().rev().map(|&k| v.wrapping_sub(f.points[k].1) & m));
+        pts.extend(sub[q..].iter().rev().map(|&k| v.wrapping_sub(f.points[k].1) & m));
         return Some(q);
     }
     let start = pts.len();
@@ -924,5 +1168,59 @@ impl Gate for CompiledGate {
 impl From<SpecError> for GateError {
     fn from(e: SpecError) -> GateError {
         GateError::Params(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::program::{CompileOptions, compile};
+    use crate::spec::{OperatorSpec, Piece};
+    use fss::rng::{DealerRng, Rng, SeedableRng};
+
+    /// Dense thresholds at a small width: the windowed path (with wrapping windows) on every
+    /// input under edge masks.
+    #[test]
+    fn dense_runs_use_windows_exactly() {
+        let n = 13u32;
+        let mut boundaries = vec![0u64];
+        let mut x = 100u64;
+        while x < 3000 {
+            boundaries.push(x);
+            x += 1 + (x * 7919) % 5;
+        }
+        // A second dense cluster near the top, and an isolated threshold.
+        boundaries.push(5000);
+        for k in 0..200 {
+            boundaries.push(7000 + 3 * k);
+        }
+        let pieces: Vec<Piece> = (0..boundaries.len())
+            .map(|i| Piece { polys: vec![vec![((i * 37) % 301) as i128 - 150]], ..Piece::default() })
+            .collect();
+        let spec = OperatorSpec {
+            name: "dense".into(),
+            in_bits: n,
+            out_bits: 16,
+            signed: false,
+            scale: None,
+            out_scale: None,
+            boundaries,
+            pieces,
+            atoms: vec![],
+            kappa: vec![],
+            phi: None,
+        };
+        let program = Arc::new(compile(&spec, CompileOptions::default()).unwrap());
+        let plan = EvalPlan::new(&program);
+        assert!(plan.families.iter().map(|f| f.runs.len()).sum::<usize>() >= 2, "{:?}", plan.families);
+        let mut r = DealerRng::seed_from_u64(3);
+        let nm = mask(n);
+        let masks = [0u64, 1, nm, 1 << (n - 1), (1 << (n - 1)) - 1, r.next_u64() & nm, 150, 7100];
+        let xs: Vec<u64> = masks.iter().flat_map(|_| 0..1u64 << n).collect();
+        let ms: Vec<u64> = masks.iter().flat_map(|&m| std::iter::repeat_n(m, 1 << n)).collect();
+        let gate = CompiledGate::new(program, xs.len());
+        let out: Vec<u64> = (0..xs.len()).map(|_| r.next_u64() & mask(16)).collect();
+        let rep = gates::harness::run_with_masks(&gate, &[&xs], &[&ms], &out, &mut r).unwrap();
+        assert_eq!(rep.first_mismatch(), None);
     }
 }

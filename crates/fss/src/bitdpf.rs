@@ -398,6 +398,187 @@ impl BitDpfKeys {
         Ok(())
     }
 
+    /// Shares of `1{start_i + u = α_i}` (mod `2^n`) for `u < width`, for every key `i`: bit
+    /// `u` of the `⌈width/64⌉` words from `i·⌈width/64⌉` on. The tree is expanded only over
+    /// the leaf blocks the window touches, all keys level by level: about
+    /// `2·width/128 + 2(n − 7)` AES per key.
+    ///
+    /// A dense set of thresholds inside a window is cheaper to answer from these shares than
+    /// point by point: `LT(p) = LT(e) ⊕ ⨁_{p < q ≤ e} EQ(q)` for `p ≤ e`.
+    ///
+    /// # Errors
+    /// [`FssError::LengthMismatch`] for a wrong number of starts or a wrong output size,
+    /// [`FssError::PointOutOfDomain`] for a start outside the domain, and
+    /// [`FssError::InvalidParams`] for a window wider than the domain.
+    pub fn eval_window_bits(&self, starts: &[u64], width: usize, out: &mut [u64]) -> Result<(), FssError> {
+        let n = self.params.domain_bits;
+        walk::check_len(self.len(), starts.len())?;
+        let words = width.div_ceil(64);
+        walk::check_len(self.len() * words, out.len())?;
+        walk::check_points(starts, n)?;
+        if width == 0 || (n < 64 && width as u64 > 1u64 << n) {
+            return Err(FssError::InvalidParams("window wider than the domain"));
+        }
+        out.fill(0);
+        if words == 0 {
+            return Ok(());
+        }
+        let per_job = walk::PAR.max(walk::CHUNK * 128 / width.max(128));
+        let jobs: Vec<(usize, &mut [u64])> =
+            out.chunks_mut(per_job * words).enumerate().map(|(j, o)| (j * per_job, o)).collect();
+        let run = |(k0, o): (usize, &mut [u64])| self.window_chunk(k0, starts, width, o);
+        if jobs.len() == 1 {
+            jobs.into_iter().for_each(run);
+        } else {
+            use rayon::prelude::*;
+            jobs.into_par_iter().for_each(run);
+        }
+        Ok(())
+    }
+
+    /// [`BitDpfKeys::eval_window_bits`] for keys `k0..k0 + out.len()/words`.
+    fn window_chunk(&self, k0: usize, starts: &[u64], width: usize, out: &mut [u64]) {
+        let n = self.params.domain_bits;
+        let words = width.div_ceil(64);
+        let count = out.len() / words;
+        // Window bit u of a key is bit (u + off) of its first block onwards.
+        let put = |o: &mut [u64], blocks: &[u128], off: usize| {
+            let halves: Vec<u64> = blocks.iter().flat_map(|&b| [b as u64, (b >> 64) as u64]).collect();
+            let (i0, sh) = (off / 64, off % 64);
+            for (w, word) in o.iter_mut().enumerate() {
+                let lo = halves.get(i0 + w).copied().unwrap_or(0);
+                let hi = halves.get(i0 + w + 1).copied().unwrap_or(0);
+                // (hi << 1) << (63 − sh) is hi << (64 − sh), and 0 for sh = 0.
+                *word = (lo >> sh) | ((hi << 1) << (63 - sh));
+            }
+            let tail = width % 64;
+            if tail != 0 {
+                o[words - 1] &= (1u64 << tail) - 1;
+            }
+        };
+        if self.params.is_table() {
+            let size = 1usize << n;
+            for k in 0..count {
+                let table = self.leaf_cw[k0 + k][0];
+                let start = starts[k0 + k] as usize;
+                // The window may wrap: read the table cyclically, one 128-bit block at a time.
+                let blocks: Vec<u128> = (0..width.div_ceil(128))
+                    .map(|b| {
+                        (0..128.min(width - 128 * b)).fold(0u128, |acc, j| {
+                            let pos = (start + 128 * b + j) % size;
+                            acc | ((table >> pos) & 1) << j
+                        })
+                    })
+                    .collect();
+                put(&mut out[k * words..(k + 1) * words], &blocks, 0);
+            }
+            return;
+        }
+        let levels = self.params.levels();
+        let lmask = if levels >= 64 { u64::MAX } else { (1u64 << levels) - 1 };
+        // Per key: its window's leaf blocks, as non-wrapping ranges of block indices. A task's
+        // nodes at each depth are a contiguous range of prefixes, stored contiguously.
+        struct Task {
+            key: usize,
+            /// Block range of the task and where its blocks go in the key's window.
+            lo: u64,
+            hi: u64,
+            at: usize,
+            /// Its nodes: `m` of them from index `n0`, the first with prefix `p0`.
+            n0: usize,
+            m: usize,
+            p0: u64,
+        }
+        let mut tasks = vec![];
+        let mut nblocks = vec![0usize; count];
+        for (k, nb) in nblocks.iter_mut().enumerate() {
+            let s = starts[k0 + k];
+            let first = s >> LEAF_BITS;
+            let b = ((s & 127) as usize + width).div_ceil(128);
+            *nb = b;
+            // Walk the blocks from the first, wrapping at the end of the domain (a window as
+            // wide as the domain can touch its first block twice).
+            let (mut at, mut cur) = (0usize, first);
+            while at < b {
+                let hi = lmask.min(cur + (b - at) as u64 - 1);
+                let n0 = tasks.len();
+                tasks.push(Task { key: k, lo: cur, hi, at, n0, m: 1, p0: 0 });
+                at += (hi - cur + 1) as usize;
+                cur = 0;
+            }
+        }
+        let mut blocks: Vec<Vec<u128>> = nblocks.iter().map(|&b| vec![0u128; b]).collect();
+        // Nodes, structure of arrays: seed halves and the control bit as a mask.
+        let root = |t: &Task| self.tree.roots[k0 + t.key];
+        let mut lo: Vec<u64> = tasks.iter().map(|t| root(t) as u64).collect();
+        let mut hi: Vec<u64> = tasks.iter().map(|t| (root(t) >> 64) as u64).collect();
+        let mut tm: Vec<u64> = vec![(self.party.bit() as u64).wrapping_neg(); tasks.len()];
+        let (mut nlo, mut nhi, mut ntm): (Vec<u64>, Vec<u64>, Vec<u64>) = (vec![], vec![], vec![]);
+        let prg = Prg::global();
+        let (mut sig, mut enc): (Vec<AesBlock>, [Vec<AesBlock>; 2]) = (vec![], [vec![], vec![]]);
+        for i in 0..levels {
+            let below = levels - 1 - i;
+            let nodes = lo.len();
+            sig.clear();
+            sig.extend((0..nodes).map(|j| walk::block(hi[j], hi[j] ^ lo[j])));
+            sig.resize(pad(nodes), AesBlock::default());
+            for (c, key) in [(0, HashKey::Left), (1, HashKey::Right)] {
+                enc[c].resize(sig.len(), AesBlock::default());
+                prg.encrypt(key, &sig, &mut enc[c]);
+            }
+            // a = H_c(s) of node j.
+            let hash = |c: usize, j: usize| -> (u64, u64) {
+                let (el, eh) = walk::halves(&enc[c][j]);
+                let (sl, sh) = walk::halves(&sig[j]);
+                (el ^ sl, eh ^ sh)
+            };
+            if below == 0 {
+                for t in &tasks {
+                    let g = k0 + t.key;
+                    for cp in t.lo.max(2 * t.p0)..=t.hi.min(2 * (t.p0 + t.m as u64 - 1) + 1) {
+                        let j = t.n0 + ((cp >> 1) - t.p0) as usize;
+                        let c = (cp & 1) as usize;
+                        let (al, ah) = hash(c, j);
+                        let cw = self.leaf_cw[g][c];
+                        let mask = tm[j] as u128 | (tm[j] as u128) << 64;
+                        blocks[t.key][t.at + (cp - t.lo) as usize] =
+                            (al as u128 | (ah as u128) << 64) ^ (cw & mask);
+                    }
+                }
+                break;
+            }
+            nlo.clear();
+            nhi.clear();
+            ntm.clear();
+            let (scw_lo, scw_hi) = self.tree.scw_level(i);
+            for t in tasks.iter_mut() {
+                let g = k0 + t.key;
+                let (clo, chi) =
+                    ((t.lo >> below).max(2 * t.p0), (t.hi >> below).min(2 * (t.p0 + t.m as u64 - 1) + 1));
+                let (sl, sh) = (scw_lo[g], scw_hi[g]);
+                let tcw = [(self.tree.tcw_left[g] >> i) & 1, (self.tree.tcw_right[g] >> i) & 1];
+                let n0 = nlo.len();
+                for cp in clo..=chi {
+                    let j = t.n0 + ((cp >> 1) - t.p0) as usize;
+                    let c = (cp & 1) as usize;
+                    let (al, ah) = hash(c, j);
+                    let tj = tm[j];
+                    nlo.push((al & !1) ^ (sl & tj));
+                    nhi.push(ah ^ (sh & tj));
+                    ntm.push(((al ^ (tj & tcw[c])) & 1).wrapping_neg());
+                }
+                (t.n0, t.m, t.p0) = (n0, (chi - clo + 1) as usize, clo);
+            }
+            std::mem::swap(&mut lo, &mut nlo);
+            std::mem::swap(&mut hi, &mut nhi);
+            std::mem::swap(&mut tm, &mut ntm);
+        }
+        for k in 0..count {
+            let off = (starts[k0 + k] & 127) as usize;
+            put(&mut out[k * words..(k + 1) * words], &blocks[k], off);
+        }
+    }
+
     /// The trie walk of [`BitDpfKeys::eval_sorted_bits`] for the keys in `groups`.
     ///
     /// The frontier is kept in point order. A node splits at level `i` exactly where two

@@ -404,3 +404,53 @@ fn key_sizes_match_the_formulas() {
     k.write_material(&mut w);
     assert_eq!(w.bit_len(), 2 * k.params().key_bits());
 }
+
+/// Equality shares over windows (wrapping or not, table keys too) agree with the truth.
+#[test]
+fn bitdpf_windows() {
+    let mut r = rng(77);
+    for (n, widths) in [
+        (5u32, vec![1usize, 7, 32]),
+        (7, vec![1, 100, 128]),
+        (8, vec![3, 129, 256]),
+        (12, vec![1, 300, 4096]),
+        (37, vec![1, 64, 1000, 5000]),
+        (64, vec![200]),
+    ] {
+        let keys = 70;
+        let alphas: Vec<u64> = (0..keys).map(|_| r.next_u64() & mask(n)).collect();
+        let (k0, k1) = bitdpf::keygen(BitDpfParams::new(n).unwrap(), &alphas, &mut r).unwrap();
+        for &width in &widths {
+            // Windows that start anywhere, at α, just past α, and wrap over 2^n.
+            let starts: Vec<u64> = (0..keys)
+                .map(|i| match i % 4 {
+                    0 => r.next_u64() & mask(n),
+                    1 => alphas[i],
+                    2 => alphas[i].wrapping_sub(width as u64 / 2) & mask(n),
+                    _ => mask(n).wrapping_sub(width as u64 / 3) & mask(n),
+                })
+                .collect();
+            let words = width.div_ceil(64);
+            let (mut w0, mut w1) = (vec![0u64; keys * words], vec![0u64; keys * words]);
+            k0.eval_window_bits(&starts, width, &mut w0).unwrap();
+            k1.eval_window_bits(&starts, width, &mut w1).unwrap();
+            for i in 0..keys {
+                for u in 0..width {
+                    let bit = |w: &[u64]| (w[i * words + u / 64] >> (u % 64)) & 1;
+                    let p = starts[i].wrapping_add(u as u64) & mask(n);
+                    assert_eq!(
+                        bit(&w0) ^ bit(&w1),
+                        (p == alphas[i]) as u64,
+                        "n {n} width {width} key {i} u {u}"
+                    );
+                }
+                // Bits past the window are clear.
+                if width % 64 != 0 {
+                    assert_eq!(w0[i * words + words - 1] >> (width % 64), 0);
+                }
+            }
+        }
+        let bad = k0.eval_window_bits(&vec![0; keys], 0, &mut []);
+        assert!(bad.is_err());
+    }
+}
