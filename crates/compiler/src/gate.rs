@@ -1182,17 +1182,17 @@ mod tests {
     /// input under edge masks.
     #[test]
     fn dense_runs_use_windows_exactly() {
-        let n = 13u32;
+        let n = 14u32;
         let mut boundaries = vec![0u64];
         let mut x = 100u64;
         while x < 3000 {
             boundaries.push(x);
             x += 1 + (x * 7919) % 5;
         }
-        // A second dense cluster near the top, and an isolated threshold.
-        boundaries.push(5000);
+        // An isolated threshold and a second dense cluster (gaps wider than RUN_GAP).
+        boundaries.push(6000);
         for k in 0..200 {
-            boundaries.push(7000 + 3 * k);
+            boundaries.push(11000 + 3 * k);
         }
         let pieces: Vec<Piece> = (0..boundaries.len())
             .map(|i| Piece { polys: vec![vec![((i * 37) % 301) as i128 - 150]], ..Piece::default() })
@@ -1215,7 +1215,7 @@ mod tests {
         assert!(plan.families.iter().map(|f| f.runs.len()).sum::<usize>() >= 2, "{:?}", plan.families);
         let mut r = DealerRng::seed_from_u64(3);
         let nm = mask(n);
-        let masks = [0u64, 1, nm, 1 << (n - 1), (1 << (n - 1)) - 1, r.next_u64() & nm, 150, 7100];
+        let masks = [0u64, 1, nm, 1 << (n - 1), (1 << (n - 1)) - 1, r.next_u64() & nm, 150, 11100];
         let xs: Vec<u64> = masks.iter().flat_map(|_| 0..1u64 << n).collect();
         let ms: Vec<u64> = masks.iter().flat_map(|&m| std::iter::repeat_n(m, 1 << n)).collect();
         let gate = CompiledGate::new(program, xs.len());
