@@ -693,6 +693,7 @@ impl BitDpfKeys {
             .collect();
         // Children in point order, with their direction and slot in that direction's batch.
         let mut children: Vec<(Node, u8, u32)> = Vec::new();
+        let mut pending: Vec<(u32, Node)> = Vec::new();
         let mut sig: [Vec<AesBlock>; 2] = [Vec::new(), Vec::new()];
         let mut enc: [Vec<AesBlock>; 2] = [Vec::new(), Vec::new()];
         for i in 0..levels {
@@ -740,10 +741,84 @@ impl BitDpfKeys {
                     leaf(g, node.lo as usize..node.hi as usize, blk, c, acc, false);
                 } else {
                     let (s, t) = correct(a, node.t, self.tree.scw(i, g), self.tree.tcw(i, g, c as u64));
-                    frontier.push(Node { s, t, prev: c, acc, ..node });
+                    let child = Node { s, t, prev: c, acc, ..node };
+                    if child.hi - child.lo == 1 && levels - i > RESUME_LEVELS {
+                        // A lone point: finish its path with the vectorised lane walk.
+                        pending.push((i + 1, child));
+                    } else {
+                        frontier.push(child);
+                    }
                 }
             }
         }
+        // Lone points, by the level they left the trie at.
+        pending.sort_by_key(|(l, _)| *l);
+        for batch in pending.chunk_by(|a, b| a.0 == b.0) {
+            for part in batch.chunks(walk::CHUNK) {
+                let from = part[0].0;
+                let res = self.resume_lanes(from, part.iter().map(|(_, nd)| nd), points);
+                for ((_, nd), (l, e)) in part.iter().zip(res) {
+                    let (g, p) = (nd.key as usize, nd.lo as usize);
+                    let (i, sh) = (word_of[g - g_first] + (p - offsets[g]) / 64, (p - offsets[g]) % 64);
+                    lt[i] |= (l as u64) << sh;
+                    if let Some(q) = eq.as_deref_mut() {
+                        q[i] |= (e as u64) << sh;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Finish the walks of lone points that left the trie before level `from`: (LT, EQ)
+    /// shares of each, in order.
+    fn resume_lanes<'a>(
+        &self,
+        from: u32,
+        nodes: impl Iterator<Item = &'a Node>,
+        points: &[u64],
+    ) -> Vec<(bool, bool)> {
+        let nodes: Vec<&Node> = nodes.collect();
+        let m = nodes.len();
+        let (n, levels) = (self.params.domain_bits, self.params.levels());
+        let seeds: Vec<u128> = nodes.iter().map(|nd| nd.s).collect();
+        let bit = |b: u8| (b as u64).wrapping_neg();
+        let t: Vec<u64> = nodes.iter().map(|nd| bit(nd.t)).collect();
+        let acc: Vec<u64> = nodes.iter().map(|nd| bit(nd.acc)).collect();
+        let prev: Vec<u64> = nodes.iter().map(|nd| bit(nd.prev)).collect();
+        let pts: Vec<u64> = nodes.iter().map(|nd| points[nd.lo as usize]).collect();
+        let keys: Vec<usize> = nodes.iter().map(|nd| nd.key as usize).collect();
+        let key = |k: usize| keys[k];
+        let prg = Prg::global();
+        let mut w = Walk::resume(&seeds, &t, &acc, &prev);
+        let mut enc = w.buffers();
+        for i in from..levels - 1 {
+            w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
+            w.descend_all::<true>(&enc, &self.tree, i, key, &pts, n - 1 - i);
+        }
+        let shift = n - levels;
+        w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
+        let (lo, hi, tm) = w.view(m);
+        let (acc, prev) = (&w.acc[..m], &w.prev[..m]);
+        let (e0, e1) = (&enc[0][..m], &enc[1][..m]);
+        let party = self.party.bit() as u64;
+        (0..m)
+            .map(|k| {
+                let y = pts[k];
+                let sel = ((y >> shift) & 1).wrapping_neg();
+                let t = tm[k];
+                let acc = acc[k] ^ (t & (sel ^ prev[k]));
+                let (al, ah) = walk::select_hash(&e0[k], &e1[k], sel, lo[k], hi[k]);
+                let [c0, c1] = self.leaf_cw[keys[k]];
+                let cw = c0 ^ ((c0 ^ c1) & ((sel as u128) << 64 | sel as u128));
+                let (bl, bh) = (al ^ (cw as u64 & t), ah ^ ((cw >> 64) as u64 & t));
+                let pos = (y & 127) as u32;
+                let (ml, mh) = upto_halves(pos);
+                let (ml, mh) = (ml ^ sel, mh ^ sel);
+                let parity = ((bl & ml).count_ones() + (bh & mh).count_ones()) as u64 & 1;
+                let eq = if pos < 64 { bl >> pos } else { bh >> (pos - 64) } & 1;
+                ((acc ^ parity ^ party) & 1 == 1, eq == 1)
+            })
+            .collect()
     }
 
     /// Shares of `1{j = α_i}` for every `j` of the domain of every key `i` in `keys`: key
@@ -875,6 +950,10 @@ impl BitDpfKeys {
         Ok(keys)
     }
 }
+
+/// A trie node holding one point leaves the trie for the lane walk when more than this many
+/// levels remain.
+const RESUME_LEVELS: u32 = 3;
 
 /// Words of the bit-packed output of [`BitDpfKeys::eval_sorted_bits`] for these offsets:
 /// `Σ_g ⌈T_g/64⌉`.

@@ -79,6 +79,15 @@ impl Walk {
         Walk { lo, hi, t: vec![(t0 as u64).wrapping_neg(); m], acc: vec![0; m], prev: vec![0; m], sig }
     }
 
+    /// Lanes resuming mid-tree: seeds, control masks and prefix-parity state (masks).
+    pub fn resume(seeds: &[u128], t: &[u64], acc: &[u64], prev: &[u64]) -> Walk {
+        let mut w = Walk::new(seeds.len(), |k| seeds[k], 0);
+        w.t.copy_from_slice(t);
+        w.acc.copy_from_slice(acc);
+        w.prev.copy_from_slice(prev);
+        w
+    }
+
     /// `out[c] = AES_{keys[c]}(σ(s))` for every lane, `c ∈ {0, 1}` (`σ(s)` is kept up to date
     /// by [`Walk::descend_all`]).
     #[inline]
