@@ -120,6 +120,13 @@ fn dense(count: usize, width: u64, leaves: usize) -> bool {
 struct EvalPlan {
     leaves: Vec<LeafPlan>,
     families: Vec<FamilyPlan>,
+    /// A reduced view's table per word, rows reversed.
+    reversed: Vec<Vec<u64>>,
+}
+
+/// `Σ a_i·b_i` (wrapping).
+fn dot(a: &[u64], b: &[u64]) -> u64 {
+    a.iter().zip(b).fold(0u64, |s, (x, y)| s.wrapping_add(x.wrapping_mul(*y)))
 }
 
 fn words_for(bits: usize) -> usize {
@@ -176,7 +183,14 @@ impl EvalPlan {
                 plan
             })
             .collect();
-        EvalPlan { leaves, families }
+        let reversed = match &p.lookup {
+            LookupPlan::Table(t) if t.shift > 0 => {
+                let rows = t.table.len() / t.words;
+                (0..t.words).map(|k| (0..rows).rev().map(|r| t.table[r * t.words + k]).collect()).collect()
+            }
+            _ => vec![],
+        };
+        EvalPlan { leaves, families, reversed }
     }
 }
 
@@ -758,11 +772,12 @@ impl CompiledGate {
         let p = &*self.program;
         let (nl, l) = (p.locals as usize, self.l());
         let size = 1usize << t.domain_bits;
-        let chunk = (1 << 20) / size.max(1);
-        let chunk = chunk.max(1);
+        // About 1 MB of DPF outputs at a time, in one reused buffer.
+        let chunk = ((1 << 17) / size).max(1);
+        let mut y = vec![0u64; chunk * size];
         for e0 in (0..self.len).step_by(chunk) {
             let e1 = (e0 + chunk).min(self.len);
-            let y = keys.full_domain(e0..e1)?;
+            keys.full_domain_into(e0..e1, &mut y[..(e1 - e0) * size])?;
             for e in e0..e1 {
                 let ye = &y[(e - e0) * size..(e - e0 + 1) * size];
                 let mut acc = vec![0u64; t.words];
@@ -780,15 +795,20 @@ impl CompiledGate {
                         }
                     }
                 } else {
+                    // Σ_{z', i} y(z', i)·T[(u_h − (ĉ ⊕ z') − i) mod 2^k]: for each z', two
+                    // contiguous dot products with the reversed table R[j] = T[2^k − 1 − j].
                     let k = self.n() - t.shift;
                     let c = opened[t.opened[0] as usize][e];
                     let uh = (xh[e] >> t.shift) & mask(k);
                     let half = 1usize << k;
-                    for (j, &yj) in ye.iter().enumerate() {
-                        let (zc, i) = ((j >> k) as u64, (j & (half - 1)) as u64);
-                        let row = (uh.wrapping_sub(c ^ zc).wrapping_sub(i) & mask(k)) as usize;
-                        for (a, &v) in acc.iter_mut().zip(&t.table[row * t.words..(row + 1) * t.words]) {
-                            *a = a.wrapping_add(yj.wrapping_mul(v));
+                    for z in 0..2u64 {
+                        let ys = &ye[z as usize * half..(z as usize + 1) * half];
+                        let b = (uh.wrapping_sub(c ^ z) & mask(k)) as usize;
+                        let cut = half - 1 - b;
+                        for (a, rev) in acc.iter_mut().zip(&self.plan.reversed) {
+                            *a = a
+                                .wrapping_add(dot(&ys[..=b], &rev[cut..]))
+                                .wrapping_add(dot(&ys[b + 1..], &rev[..cut]));
                         }
                     }
                 }
