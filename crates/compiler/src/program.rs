@@ -329,7 +329,10 @@ pub fn compile(spec: &OperatorSpec, options: CompileOptions) -> Result<Program, 
         Some(s) => vec![s],
         None => vec![false, true],
     };
+    // A spec with nothing per interval (a pure Φ, like a shift) needs no lookup.
+    let nothing = spec.poly_count() + spec.const_count() + spec.bool_count() == 0;
     let lookups: Vec<LookupBackend> = match options.lookup {
+        _ if nothing => vec![LookupBackend::StepBits],
         Some(l) => vec![l],
         None => candidates(&spec),
     };
