@@ -1,3 +1,27 @@
-//! Sans-IO evaluation of a tensor program by three backends: plaintext fixed-point
-//! reference, dealer and online party (design.md §3). Not implemented yet: this crate
-//! reserves its place in the workspace's dependency order.
+//! Tensor programs over masked fixed-point wires, run by three backends (design.md §3):
+//! the plaintext fixed-point reference, the dealer (key generation, node by node) and the
+//! online server (sans-IO: it only opens masked values through a [`gates::Ctx`]).
+//!
+//! | module | what |
+//! |---|---|
+//! | [`blocks`] | attention, MLP, LayerNorm, pooling as graph fragments over fixed-point weights |
+//! | [`graph`] | [`Graph`]: nodes (linear maps, gathers, truncations, matrix products, softmax, LayerNorm, GeLU) over shaped tensors |
+//! | [`layers`] | what each node computes: local maps, and the gates of each [`Impl`] (SIGMA or FuseFSS) |
+//! | [`exec`] | dealer, plaintext reference, online server, client input sharing and output reconstruction |
+//! | [`run`] | both servers in one process on two threads |
+//!
+//! Every gate node runs over a whole tensor, so everything a layer computes in parallel
+//! (every element, every head) shares its rounds.
+
+pub mod blocks;
+pub mod error;
+pub mod exec;
+pub mod graph;
+pub mod layers;
+pub mod run;
+
+pub use error::EngineError;
+pub use exec::{DealReport, PartyKeys, deal, online, plain, reconstruct, share_input};
+pub use graph::{Graph, Node, Op, Shape, ValueId};
+pub use layers::{DynGate, Impl, build};
+pub use run::{PartyRun, run_threads};

@@ -48,6 +48,28 @@ impl Stats {
 pub struct Ctx {
     party: Party,
     state: RefCell<State>,
+    timing: RefCell<Timing>,
+}
+
+/// Computation time by label: the driver times each poll, and [`Ctx::set_label`] splits it
+/// between the label before and after.
+#[derive(Default)]
+struct Timing {
+    label: &'static str,
+    since: Option<std::time::Instant>,
+    spent: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl Timing {
+    fn charge(&mut self) {
+        if let Some(t) = self.since.take() {
+            let d = t.elapsed();
+            match self.spent.iter_mut().find(|(l, _)| *l == self.label) {
+                Some((_, s)) => *s += d,
+                None => self.spent.push((self.label, d)),
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -71,7 +93,33 @@ impl std::fmt::Debug for Ctx {
 impl Ctx {
     /// A fresh context for `party`.
     pub fn new(party: Party) -> Ctx {
-        Ctx { party, state: RefCell::default() }
+        Ctx { party, state: RefCell::default(), timing: RefCell::default() }
+    }
+
+    /// Charge computation from now on to `label` (a layer type, say) instead of the previous
+    /// label.
+    pub fn set_label(&self, label: &'static str) {
+        let mut t = self.timing.borrow_mut();
+        let running = t.since.is_some();
+        t.charge();
+        t.label = label;
+        if running {
+            t.since = Some(std::time::Instant::now());
+        }
+    }
+
+    /// Computation time so far by label, in order of first use (exchanges excluded: only
+    /// the time the driver spends polling this party's protocol counts).
+    pub fn times(&self) -> Vec<(&'static str, std::time::Duration)> {
+        self.timing.borrow().spent.clone()
+    }
+
+    fn start_clock(&self) {
+        self.timing.borrow_mut().since = Some(std::time::Instant::now());
+    }
+
+    fn stop_clock(&self) {
+        self.timing.borrow_mut().charge();
     }
 
     /// This party.
@@ -277,7 +325,10 @@ impl<'a, T> Session<'a, T> {
     /// Run the protocol until it finishes or needs the peer.
     pub fn advance(&mut self) -> Progress<T> {
         let mut cx = Context::from_waker(Waker::noop());
-        match self.fut.as_mut().poll(&mut cx) {
+        self.ctx.start_clock();
+        let poll = self.fut.as_mut().poll(&mut cx);
+        self.ctx.stop_clock();
+        match poll {
             Poll::Ready(r) => Progress::Done(r),
             Poll::Pending => match self.ctx.take_message() {
                 Some(msg) => Progress::Send(msg),

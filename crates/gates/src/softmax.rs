@@ -36,7 +36,8 @@ pub struct Softmax<E = SigmaNExp, Q = SigmaReciprocal> {
     pub rows: usize,
     /// Columns (at most 1023: the reciprocal assumes a row sum below `2^{scale+10}`).
     pub cols: usize,
-    /// Causal mask: row `i` attends to columns `0..=i` (requires `rows = cols`).
+    /// Causal mask: row `i` attends to columns `0..=(i mod cols)` (requires `cols` to divide
+    /// `rows`: several heads' score matrices stacked).
     pub causal: bool,
     /// `e^{−x}` for `x ≥ 0` that fits `cmp_bits + 1` bits, output at `scale`.
     pub exp: E,
@@ -112,7 +113,7 @@ impl<E: UnaryFamily, Q: UnaryFamily> GateKey for SoftmaxKey<E, Q> {
 
 impl<E: UnaryFamily, Q: UnaryFamily> Softmax<E, Q> {
     fn check(&self) -> Result<(), GateError> {
-        if (self.causal && self.rows != self.cols)
+        if (self.causal && !self.rows.is_multiple_of(self.cols.max(1)))
             || self.cols == 0
             || self.cols > 1023
             || self.cmp_bits > self.bits
@@ -123,7 +124,7 @@ impl<E: UnaryFamily, Q: UnaryFamily> Softmax<E, Q> {
     }
 
     fn row_lens(&self) -> Vec<usize> {
-        (0..self.rows).map(|i| if self.causal { i + 1 } else { self.cols }).collect()
+        (0..self.rows).map(|i| if self.causal { i % self.cols + 1 } else { self.cols }).collect()
     }
 
     /// Flat indices of the computed entries, row after row.

@@ -1,0 +1,341 @@
+//! What each layer computes: local maps, and the gates of each implementation.
+
+use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use compiler::composite;
+use compiler::library::{self, GeluForm};
+use compiler::{CompiledGate, SpecError};
+use fss::codec::{BitReader, BitWriter};
+use fss::ring::mask;
+use fss::rng::DealerRng;
+use fss::{DecodeError, Party};
+use gates::arith::{MatMul, MatMulKey};
+use gates::keyio::GateKey;
+use gates::linalg::matmul;
+use gates::nonlinear::{Activation, ReluResidual};
+use gates::norm::Norm;
+use gates::shift::ArsSlack;
+use gates::softmax::Softmax;
+use gates::{Ctx, Gate, GateError};
+
+use crate::graph::{Graph, Op, Shape};
+
+/// Which protocols run the nonlinear layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Impl {
+    /// SIGMA's hand-written protocols (`crates/gates`).
+    Sigma,
+    /// Operators compiled from specs (`crates/compiler`).
+    Fusefss,
+}
+
+impl Impl {
+    /// `"sigma"` or `"fusefss"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Impl::Sigma => "sigma",
+            Impl::Fusefss => "fusefss",
+        }
+    }
+}
+
+/// The output of a local node from its inputs (masked values, masks or plaintext): for a
+/// linear map, the bias is added only when `bias` is set (masks carry none).
+pub fn local(op: &Op, shape: Shape, inputs: &[&[u64]], n: u32, bias: bool) -> Vec<u64> {
+    let m = mask(n);
+    match op {
+        Op::Linear { w, b, out, .. } => {
+            let x = inputs[0];
+            let k = x.len() / shape.rows;
+            let mut y = matmul(x, w, shape.rows, k, *out);
+            if let (true, Some(b)) = (bias, b) {
+                for row in y.chunks_mut(*out) {
+                    for (v, bb) in row.iter_mut().zip(b.iter()) {
+                        *v = v.wrapping_add(*bb);
+                    }
+                }
+            }
+            y.iter_mut().for_each(|v| *v &= m);
+            y
+        }
+        Op::Add { .. } => inputs[0].iter().zip(inputs[1]).map(|(a, b)| a.wrapping_add(*b) & m).collect(),
+        Op::Gather { index, .. } => index.iter().map(|&j| inputs[0][j as usize]).collect(),
+        Op::SumRows { .. } => {
+            let mut s = vec![0u64; shape.cols];
+            for row in inputs[0].chunks(shape.cols) {
+                for (a, &v) in s.iter_mut().zip(row) {
+                    *a = a.wrapping_add(v);
+                }
+            }
+            s.iter_mut().for_each(|v| *v &= m);
+            s
+        }
+        Op::Scale { c, .. } => inputs[0].iter().map(|&v| v.wrapping_mul(*c) & m).collect(),
+        _ => unreachable!("a gate is not a local map"),
+    }
+}
+
+/// A boxed online evaluation.
+pub type EvalFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<u64>, GateError>> + 'a>>;
+
+/// A gate with its key type erased: what the dealer, the parties and the plaintext backend
+/// need from every gate node.
+pub trait DynGate: Send + Sync {
+    /// Both parties' keys (and one party's key bits).
+    ///
+    /// # Errors
+    /// As [`Gate::keygen`].
+    fn keygen(&self, masks: &[&[u64]], out: &[u64], rng: &mut DealerRng) -> Result<KeyPair, GateError>;
+    /// Encode a key.
+    fn encode(&self, key: &dyn Any) -> Vec<u8>;
+    /// Decode a key for `party`.
+    ///
+    /// # Errors
+    /// [`DecodeError`] for malformed bytes.
+    fn decode(&self, party: Party, bytes: &[u8]) -> Result<Box<dyn Any + Send>, DecodeError>;
+    /// Online evaluation with this party's key.
+    fn eval<'a>(&'a self, ctx: &'a Ctx, key: &'a dyn Any, inputs: Vec<&'a [u64]>) -> EvalFuture<'a>;
+    /// The plaintext result.
+    fn reference(&self, inputs: &[&[u64]]) -> Vec<u64>;
+}
+
+/// Both parties' keys of one gate node, type-erased, and one key's size in bits.
+pub struct KeyPair {
+    /// Party 0's key.
+    pub k0: Box<dyn Any + Send>,
+    /// Party 1's key.
+    pub k1: Box<dyn Any + Send>,
+    /// Bits of one key.
+    pub bits: u64,
+}
+
+struct Erased<G: Gate>(G);
+
+impl<G: Gate + Send + Sync> DynGate for Erased<G>
+where
+    G::Key: Send + 'static,
+{
+    fn keygen(&self, masks: &[&[u64]], out: &[u64], rng: &mut DealerRng) -> Result<KeyPair, GateError> {
+        let (k0, k1) = self.0.keygen(masks, out, rng)?;
+        let bits = k0.bits();
+        Ok(KeyPair { k0: Box::new(k0), k1: Box::new(k1), bits })
+    }
+
+    fn encode(&self, key: &dyn Any) -> Vec<u8> {
+        key.downcast_ref::<G::Key>().expect("a key of this gate").to_bytes()
+    }
+
+    fn decode(&self, party: Party, bytes: &[u8]) -> Result<Box<dyn Any + Send>, DecodeError> {
+        Ok(Box::new(G::Key::from_bytes(&self.0.key_shape(), party, bytes)?))
+    }
+
+    fn eval<'a>(&'a self, ctx: &'a Ctx, key: &'a dyn Any, inputs: Vec<&'a [u64]>) -> EvalFuture<'a> {
+        Box::pin(async move {
+            let key = key.downcast_ref::<G::Key>().ok_or(GateError::KeyMismatch("a key of another gate"))?;
+            self.0.eval(ctx, key, &inputs).await
+        })
+    }
+
+    fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
+        self.0.reference(inputs)
+    }
+}
+
+/// The gate of every gate node of `g` for `imp` (`None` for local nodes).
+///
+/// # Errors
+/// [`SpecError`] if a compiled operator cannot be built for these widths.
+pub fn build(g: &Graph, imp: Impl) -> Result<Vec<Option<Box<dyn DynGate>>>, SpecError> {
+    let (n, f) = (g.n, g.f);
+    let mut out: Vec<Option<Box<dyn DynGate>>> = Vec::with_capacity(g.nodes.len());
+    for node in &g.nodes {
+        let len = node.shape.len();
+        let s = node.shape;
+        let gate: Option<Box<dyn DynGate>> = match &node.op {
+            Op::Trunc { shift, .. } => {
+                Some(Box::new(Erased(ArsSlack { bits: n, shift: *shift, out_bits: n, len })))
+            }
+            Op::MatMul { count, m, k, n: cols, .. } => {
+                Some(Box::new(Erased(BatchedMatMul { bits: n, count: *count, m: *m, k: *k, n: *cols })))
+            }
+            Op::Softmax { causal, .. } => {
+                let cmp = n - f + 1;
+                Some(match imp {
+                    Impl::Sigma => Box::new(Erased(Softmax::sigma(n, cmp, f, s.rows, s.cols, *causal))),
+                    Impl::Fusefss => {
+                        Box::new(Erased(composite::softmax(n, cmp, f, s.rows, s.cols, *causal)?))
+                    }
+                })
+            }
+            Op::LayerNorm { gamma, beta, .. } => Some(match imp {
+                Impl::Sigma => Box::new(Erased(
+                    Norm::layer_norm(n, f, s.rows, s.cols, gamma.clone(), beta.clone())
+                        .map_err(|e| SpecError::Width(e.to_string()))?,
+                )),
+                Impl::Fusefss => Box::new(Erased(composite::norm(
+                    n,
+                    f,
+                    s.rows,
+                    s.cols,
+                    true,
+                    gamma.clone(),
+                    beta.clone(),
+                )?)),
+            }),
+            Op::Gelu { tanh, .. } => Some(match imp {
+                Impl::Sigma => Box::new(Erased(
+                    ReluResidual::new(Activation::Gelu, n, n - f, len)
+                        .map_err(|e| SpecError::Width(e.to_string()))?,
+                )),
+                Impl::Fusefss => {
+                    let form = if *tanh { GeluForm::Tanh } else { GeluForm::Erf };
+                    let c = composite::Compiled::new(&library::gelu(n - f, n, f, form))?;
+                    Box::new(Erased(CompiledGate::new(c.0, len)))
+                }
+            }),
+            _ => None,
+        };
+        out.push(gate);
+    }
+    Ok(out)
+}
+
+/// `count` masked × masked matrix products opened in one round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchedMatMul {
+    /// Ring width.
+    pub bits: u32,
+    /// Products.
+    pub count: usize,
+    /// Rows of each left operand.
+    pub m: usize,
+    /// Inner dimension.
+    pub k: usize,
+    /// Columns of each right operand.
+    pub n: usize,
+}
+
+/// A party's [`BatchedMatMul`] key (its parts zeroize themselves).
+pub struct BatchedMatMulKey {
+    party: Party,
+    keys: Vec<MatMulKey>,
+}
+
+impl std::fmt::Debug for BatchedMatMulKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchedMatMulKey").field("party", &self.party).finish_non_exhaustive()
+    }
+}
+
+impl BatchedMatMul {
+    fn one(&self) -> MatMul {
+        MatMul { bits: self.bits, m: self.m, k: self.k, n: self.n }
+    }
+}
+
+impl GateKey for BatchedMatMulKey {
+    type Shape = BatchedMatMul;
+
+    fn party(&self) -> Party {
+        self.party
+    }
+
+    fn write(&self, w: &mut BitWriter) {
+        self.keys.iter().for_each(|k| k.write(w));
+    }
+
+    fn read(s: &BatchedMatMul, party: Party, r: &mut BitReader<'_>) -> Result<BatchedMatMulKey, DecodeError> {
+        let keys = (0..s.count).map(|_| MatMulKey::read(&s.one(), party, r)).collect::<Result<_, _>>()?;
+        Ok(BatchedMatMulKey { party, keys })
+    }
+}
+
+impl Gate for BatchedMatMul {
+    type Key = BatchedMatMulKey;
+
+    fn input_bits(&self) -> Vec<u32> {
+        vec![self.bits, self.bits]
+    }
+
+    fn input_lens(&self) -> Vec<usize> {
+        vec![self.count * self.m * self.k, self.count * self.k * self.n]
+    }
+
+    fn output_bits(&self) -> u32 {
+        self.bits
+    }
+
+    fn output_len(&self) -> usize {
+        self.count * self.m * self.n
+    }
+
+    fn key_shape(&self) -> BatchedMatMul {
+        *self
+    }
+
+    fn keygen<R: fss::rng::CryptoRng + ?Sized>(
+        &self,
+        masks_in: &[&[u64]],
+        mask_out: &[u64],
+        rng: &mut R,
+    ) -> Result<(BatchedMatMulKey, BatchedMatMulKey), GateError> {
+        check(self.input_lens(), masks_in)?;
+        let (one, (a, b, c)) = (self.one(), (self.m * self.k, self.k * self.n, self.m * self.n));
+        let (mut k0, mut k1) = (vec![], vec![]);
+        for i in 0..self.count {
+            let ins = [&masks_in[0][i * a..(i + 1) * a], &masks_in[1][i * b..(i + 1) * b]];
+            let (x, y) = one.keygen(&ins, &mask_out[i * c..(i + 1) * c], rng)?;
+            k0.push(x);
+            k1.push(y);
+        }
+        Ok((BatchedMatMulKey { party: Party::P0, keys: k0 }, BatchedMatMulKey { party: Party::P1, keys: k1 }))
+    }
+
+    async fn eval(
+        &self,
+        ctx: &Ctx,
+        key: &BatchedMatMulKey,
+        inputs: &[&[u64]],
+    ) -> Result<Vec<u64>, GateError> {
+        check(self.input_lens(), inputs)?;
+        if key.party != ctx.party() {
+            return Err(GateError::KeyMismatch("the key belongs to the other party"));
+        }
+        let (one, (a, b)) = (self.one(), (self.m * self.k, self.k * self.n));
+        let shares: Vec<u64> = (0..self.count)
+            .flat_map(|i| {
+                one.share(
+                    ctx.party(),
+                    &key.keys[i],
+                    &inputs[0][i * a..(i + 1) * a],
+                    &inputs[1][i * b..(i + 1) * b],
+                )
+            })
+            .collect();
+        ctx.open(&shares, self.bits).await
+    }
+
+    fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
+        let (one, (a, b)) = (self.one(), (self.m * self.k, self.k * self.n));
+        (0..self.count)
+            .flat_map(|i| one.reference(&[&inputs[0][i * a..(i + 1) * a], &inputs[1][i * b..(i + 1) * b]]))
+            .collect()
+    }
+}
+
+fn check(lens: Vec<usize>, inputs: &[&[u64]]) -> Result<(), GateError> {
+    if lens.len() != inputs.len() || lens.iter().zip(inputs).any(|(&l, v)| l != v.len()) {
+        return Err(GateError::Length {
+            what: "matrix product operands",
+            expected: lens.iter().sum(),
+            actual: inputs.iter().map(|v| v.len()).sum(),
+        });
+    }
+    Ok(())
+}
+
+/// Shared handle to the gates of a program.
+pub type Gates = Arc<Vec<Option<Box<dyn DynGate>>>>;
