@@ -3,7 +3,9 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod demo;
 mod fit;
+mod model;
 
 /// fusefss — private transformer inference with function secret sharing (FuseFSS).
 ///
@@ -25,6 +27,13 @@ enum Command {
     /// Results are per key or per evaluated point, with the AES floor measured in the same
     /// run. Use `--json` for one JSON object per line.
     Bench(bench::BenchArgs),
+    /// Run a model securely on one machine and show the result next to the plaintext one.
+    ///
+    /// The dealer prepares the keys (with a progress bar), the client embeds and secret-
+    /// shares its text, both servers run the online phase on two threads, and the client
+    /// reconstructs the output. Prints the secure and plaintext outputs, whether they agree,
+    /// the time, communication, rounds and key size. No download for the default model.
+    Demo(demo::DemoArgs),
     /// Fit a spec to a function: `K` uniform intervals of degree `d` over its clamped range.
     ///
     /// Writes the spec as JSON (to `--out` or standard output) and prints its max absolute
@@ -37,6 +46,7 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Bench(args) => bench::run(args),
+        Command::Demo(args) => demo::run(args),
         Command::Fit(args) => fit::run(args),
     }
 }

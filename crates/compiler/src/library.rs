@@ -166,10 +166,20 @@ fn spec(name: String, n: u32, l: u32, signed: bool, scale: u32, b: Vec<u64>, p: 
 
 /// `ReLU(x) − D(x)` with `D = round(residual)` an even step function that vanishes for
 /// `|x| ≥ reach·2^f`: exactly the rounded activation (compiled-gates.md §4.2).
-fn relu_minus_residual(name: String, func: Function, n_in: u32, l: u32, f: u32, reach: u64) -> OperatorSpec {
+fn relu_minus_residual(
+    name: String,
+    func: Function,
+    n_in: u32,
+    l: u32,
+    f: u32,
+    reach: u64,
+    quantum: u32,
+) -> OperatorSpec {
     let one = (1u64 << f) as f64;
     let limit = (reach << f).min(half(n_in));
-    let d = |v: u64| -> i64 { round_half_up(func.residual(v as f64 / one) * one) };
+    // D rounded to a multiple of 2^quantum ulps (quantum 0: the rounded residual itself).
+    let q = (quantum as f64).exp2();
+    let d = |v: u64| -> i64 { round_half_up(func.residual(v as f64 / one) * one / q) << quantum };
     // Changes of D on |x| ∈ [0, limit]; beyond, D = 0.
     let mut changes = vec![];
     let mut prev = d(0);
@@ -211,23 +221,48 @@ pub fn relu(n_in: u32, l: u32) -> OperatorSpec {
 /// GeLU of a signed `n_in`-bit input at scale `f`, into `Z_{2^l}` (`n_in < l` reads a
 /// truncated wire, SIGMA's mode 1). Error ½ ulp.
 pub fn gelu(n_in: u32, l: u32, f: u32, form: GeluForm) -> OperatorSpec {
+    gelu_coarse(n_in, l, f, form, 0)
+}
+
+/// GeLU with its residual rounded to a multiple of `2^quantum` ulps: error at most
+/// `2^{quantum−1}` ulps (½ ulp for `quantum = 0`), and about `2^quantum` times fewer
+/// intervals, which makes the comparison cheaper to evaluate.
+pub fn gelu_coarse(n_in: u32, l: u32, f: u32, form: GeluForm, quantum: u32) -> OperatorSpec {
     let func = match form {
         GeluForm::Erf => Function::Gelu,
         GeluForm::Tanh => Function::GeluTanh,
     };
     relu_minus_residual(
-        format!("gelu{}-{n_in}", if form == GeluForm::Tanh { "_tanh" } else { "" }),
+        format!("gelu{}{}-{n_in}", if form == GeluForm::Tanh { "_tanh" } else { "" }, coarse_suffix(quantum)),
         func,
         n_in,
         l,
         f,
         8,
+        quantum,
     )
+}
+
+fn coarse_suffix(quantum: u32) -> String {
+    if quantum == 0 { String::new() } else { format!("-q{quantum}") }
 }
 
 /// SiLU of a signed `n_in`-bit input at scale `f`. Error ½ ulp.
 pub fn silu(n_in: u32, l: u32, f: u32) -> OperatorSpec {
-    relu_minus_residual(format!("silu-{n_in}"), Function::Silu, n_in, l, f, 32)
+    silu_coarse(n_in, l, f, 0)
+}
+
+/// SiLU with its residual rounded to a multiple of `2^quantum` ulps (see [`gelu_coarse`]).
+pub fn silu_coarse(n_in: u32, l: u32, f: u32, quantum: u32) -> OperatorSpec {
+    relu_minus_residual(
+        format!("silu{}-{n_in}", coarse_suffix(quantum)),
+        Function::Silu,
+        n_in,
+        l,
+        f,
+        32,
+        quantum,
+    )
 }
 
 /// A rounded step function of a signed input: `round(g(x/2^f)·2^f)` for `|x| < reach·2^f`,

@@ -22,6 +22,6 @@ pub mod run;
 
 pub use error::EngineError;
 pub use exec::{DealReport, PartyKeys, deal, online, plain, reconstruct, share_input};
-pub use graph::{Graph, Node, Op, Shape, ValueId};
+pub use graph::{Graph, GraphError, Node, Op, Shape, ValueId};
 pub use layers::{DynGate, Impl, build};
 pub use run::{PartyRun, run_threads};

