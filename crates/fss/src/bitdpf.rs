@@ -442,8 +442,9 @@ impl BitDpfKeys {
         let words = width.div_ceil(64);
         let count = out.len() / words;
         // Window bit u of a key is bit (u + off) of its first block onwards.
-        let put = |o: &mut [u64], blocks: &[u128], off: usize| {
-            let halves: Vec<u64> = blocks.iter().flat_map(|&b| [b as u64, (b >> 64) as u64]).collect();
+        let put = |o: &mut [u64], blocks: &[u128], off: usize, halves: &mut Vec<u64>| {
+            halves.clear();
+            halves.extend(blocks.iter().flat_map(|&b| [b as u64, (b >> 64) as u64]));
             let (i0, sh) = (off / 64, off % 64);
             for (w, word) in o.iter_mut().enumerate() {
                 let lo = halves.get(i0 + w).copied().unwrap_or(0);
@@ -470,7 +471,7 @@ impl BitDpfKeys {
                         })
                     })
                     .collect();
-                put(&mut out[k * words..(k + 1) * words], &blocks, 0);
+                put(&mut out[k * words..(k + 1) * words], &blocks, 0, &mut Vec::new());
             }
             return;
         }
@@ -507,76 +508,88 @@ impl BitDpfKeys {
                 cur = 0;
             }
         }
-        let mut blocks: Vec<Vec<u128>> = nblocks.iter().map(|&b| vec![0u128; b]).collect();
-        // Nodes, structure of arrays: seed halves and the control bit as a mask.
-        let root = |t: &Task| self.tree.roots[k0 + t.key];
-        let mut lo: Vec<u64> = tasks.iter().map(|t| root(t) as u64).collect();
-        let mut hi: Vec<u64> = tasks.iter().map(|t| (root(t) >> 64) as u64).collect();
-        let mut tm: Vec<u64> = vec![(self.party.bit() as u64).wrapping_neg(); tasks.len()];
-        let (mut nlo, mut nhi, mut ntm): (Vec<u64>, Vec<u64>, Vec<u64>) = (vec![], vec![], vec![]);
-        let prg = Prg::global();
-        let (mut sig, mut enc): (Vec<AesBlock>, [Vec<AesBlock>; 2]) = (vec![], [vec![], vec![]]);
-        for i in 0..levels {
-            let below = levels - 1 - i;
-            let nodes = lo.len();
-            sig.clear();
-            sig.extend((0..nodes).map(|j| walk::block(hi[j], hi[j] ^ lo[j])));
-            sig.resize(pad(nodes), AesBlock::default());
-            for (c, key) in [(0, HashKey::Left), (1, HashKey::Right)] {
-                enc[c].resize(sig.len(), AesBlock::default());
-                prg.encrypt(key, &sig, &mut enc[c]);
+        WINDOW_SCRATCH.with_borrow_mut(|ws| {
+            let WindowScratch { blocks, lo, hi, tm, nlo, nhi, ntm, sig, el, er, halves } = ws;
+            // Each key's blocks, one after the other.
+            let mut block_at = Vec::with_capacity(count + 1);
+            block_at.push(0usize);
+            for &b in &nblocks {
+                block_at.push(block_at.last().expect("non-empty") + b);
             }
-            // a = H_c(s) of node j.
-            let hash = |c: usize, j: usize| -> (u64, u64) {
-                let (el, eh) = walk::halves(&enc[c][j]);
-                let (sl, sh) = walk::halves(&sig[j]);
-                (el ^ sl, eh ^ sh)
-            };
-            if below == 0 {
-                for t in &tasks {
+            blocks.clear();
+            blocks.resize(block_at[count], 0);
+            // Nodes, structure of arrays: seed halves and the control bit as a mask.
+            let root = |t: &Task| self.tree.roots[k0 + t.key];
+            lo.clear();
+            lo.extend(tasks.iter().map(|t| root(t) as u64));
+            hi.clear();
+            hi.extend(tasks.iter().map(|t| (root(t) >> 64) as u64));
+            tm.clear();
+            tm.resize(tasks.len(), (self.party.bit() as u64).wrapping_neg());
+            let prg = Prg::global();
+            for i in 0..levels {
+                let below = levels - 1 - i;
+                let nodes = lo.len();
+                sig.clear();
+                sig.extend((0..nodes).map(|j| walk::block(hi[j], hi[j] ^ lo[j])));
+                sig.resize(pad(nodes), AesBlock::default());
+                el.resize(sig.len(), AesBlock::default());
+                er.resize(sig.len(), AesBlock::default());
+                prg.encrypt(HashKey::Left, sig, el);
+                prg.encrypt(HashKey::Right, sig, er);
+                let enc = [&*el, &*er];
+                // a = H_c(s) of node j.
+                let hash = |c: usize, j: usize| -> (u64, u64) {
+                    let (el, eh) = walk::halves(&enc[c][j]);
+                    let (sl, sh) = walk::halves(&sig[j]);
+                    (el ^ sl, eh ^ sh)
+                };
+                if below == 0 {
+                    for t in &tasks {
+                        let g = k0 + t.key;
+                        for cp in t.lo.max(2 * t.p0)..=t.hi.min(2 * (t.p0 + t.m as u64 - 1) + 1) {
+                            let j = t.n0 + ((cp >> 1) - t.p0) as usize;
+                            let c = (cp & 1) as usize;
+                            let (al, ah) = hash(c, j);
+                            let cw = self.leaf_cw[g][c];
+                            let mask = tm[j] as u128 | (tm[j] as u128) << 64;
+                            blocks[block_at[t.key] + t.at + (cp - t.lo) as usize] =
+                                (al as u128 | (ah as u128) << 64) ^ (cw & mask);
+                        }
+                    }
+                    break;
+                }
+                nlo.clear();
+                nhi.clear();
+                ntm.clear();
+                let (scw_lo, scw_hi) = self.tree.scw_level(i);
+                for t in tasks.iter_mut() {
                     let g = k0 + t.key;
-                    for cp in t.lo.max(2 * t.p0)..=t.hi.min(2 * (t.p0 + t.m as u64 - 1) + 1) {
+                    let (clo, chi) =
+                        ((t.lo >> below).max(2 * t.p0), (t.hi >> below).min(2 * (t.p0 + t.m as u64 - 1) + 1));
+                    let (sl, sh) = (scw_lo[g], scw_hi[g]);
+                    let tcw = [(self.tree.tcw_left[g] >> i) & 1, (self.tree.tcw_right[g] >> i) & 1];
+                    let n0 = nlo.len();
+                    for cp in clo..=chi {
                         let j = t.n0 + ((cp >> 1) - t.p0) as usize;
                         let c = (cp & 1) as usize;
                         let (al, ah) = hash(c, j);
-                        let cw = self.leaf_cw[g][c];
-                        let mask = tm[j] as u128 | (tm[j] as u128) << 64;
-                        blocks[t.key][t.at + (cp - t.lo) as usize] =
-                            (al as u128 | (ah as u128) << 64) ^ (cw & mask);
+                        let tj = tm[j];
+                        nlo.push((al & !1) ^ (sl & tj));
+                        nhi.push(ah ^ (sh & tj));
+                        ntm.push(((al ^ (tj & tcw[c])) & 1).wrapping_neg());
                     }
+                    (t.n0, t.m, t.p0) = (n0, (chi - clo + 1) as usize, clo);
                 }
-                break;
+                std::mem::swap(lo, nlo);
+                std::mem::swap(hi, nhi);
+                std::mem::swap(tm, ntm);
             }
-            nlo.clear();
-            nhi.clear();
-            ntm.clear();
-            let (scw_lo, scw_hi) = self.tree.scw_level(i);
-            for t in tasks.iter_mut() {
-                let g = k0 + t.key;
-                let (clo, chi) =
-                    ((t.lo >> below).max(2 * t.p0), (t.hi >> below).min(2 * (t.p0 + t.m as u64 - 1) + 1));
-                let (sl, sh) = (scw_lo[g], scw_hi[g]);
-                let tcw = [(self.tree.tcw_left[g] >> i) & 1, (self.tree.tcw_right[g] >> i) & 1];
-                let n0 = nlo.len();
-                for cp in clo..=chi {
-                    let j = t.n0 + ((cp >> 1) - t.p0) as usize;
-                    let c = (cp & 1) as usize;
-                    let (al, ah) = hash(c, j);
-                    let tj = tm[j];
-                    nlo.push((al & !1) ^ (sl & tj));
-                    nhi.push(ah ^ (sh & tj));
-                    ntm.push(((al ^ (tj & tcw[c])) & 1).wrapping_neg());
-                }
-                (t.n0, t.m, t.p0) = (n0, (chi - clo + 1) as usize, clo);
+            for k in 0..count {
+                let off = (starts[k0 + k] & 127) as usize;
+                put(&mut out[k * words..(k + 1) * words], &blocks[block_at[k]..block_at[k + 1]], off, halves);
             }
-            std::mem::swap(&mut lo, &mut nlo);
-            std::mem::swap(&mut hi, &mut nhi);
-            std::mem::swap(&mut tm, &mut ntm);
-        }
-        for k in 0..count {
-            let off = (starts[k0 + k] & 127) as usize;
-            put(&mut out[k * words..(k + 1) * words], &blocks[k], off);
-        }
+        });
     }
 
     /// The trie walk of [`BitDpfKeys::eval_sorted_bits`] for the keys in `groups`.
@@ -643,45 +656,51 @@ impl BitDpfKeys {
         }
         let (n, levels) = (self.params.domain_bits, self.params.levels());
         let prg = Prg::global();
-        // Pairs of neighbouring points (within a key) by the highest bit they differ in:
-        // split[start[b]..start[b+1]] holds the second points `j` of bit b's pairs, ascending.
-        let (lo_all, hi_all) = (offsets[groups.start], offsets[groups.end]);
-        let mut count = [0u32; 65];
-        // Pairs in one leaf block (differing below bit 7) never split.
-        let diff_bit = |j: usize| -> Option<usize> {
-            let d = points[j - 1] ^ points[j];
-            (d >> LEAF_BITS != 0).then(|| 63 - d.leading_zeros() as usize)
-        };
-        // A key's first point pairs with nothing.
-        let mut first_of: Vec<bool> = vec![false; hi_all - lo_all];
-        for g in groups.clone() {
-            if offsets[g] < hi_all {
-                first_of[offsets[g] - lo_all] = true;
+        let lone: Vec<(usize, usize, bool, bool)> = SORTED_SCRATCH.with_borrow_mut(|sc| {
+            let mut lone = vec![];
+            // Pairs of neighbouring points (within a key) by the highest bit they differ in:
+            // split[start[b]..start[b+1]] holds the second points `j` of bit b's pairs, ascending.
+            let (lo_all, hi_all) = (offsets[groups.start], offsets[groups.end]);
+            let mut count = [0u32; 65];
+            // Pairs in one leaf block (differing below bit 7) never split.
+            let diff_bit = |j: usize| -> Option<usize> {
+                let d = points[j - 1] ^ points[j];
+                (d >> LEAF_BITS != 0).then(|| 63 - d.leading_zeros() as usize)
+            };
+            // A key's first point pairs with nothing.
+            let first_of = &mut sc.first_of;
+            first_of.clear();
+            first_of.resize(hi_all - lo_all, false);
+            for g in groups.clone() {
+                if offsets[g] < hi_all {
+                    first_of[offsets[g] - lo_all] = true;
+                }
             }
-        }
-        for j in lo_all + 1..hi_all {
-            if !first_of[j - lo_all]
-                && let Some(b) = diff_bit(j)
-            {
-                count[b + 1] += 1;
+            for j in lo_all + 1..hi_all {
+                if !first_of[j - lo_all]
+                    && let Some(b) = diff_bit(j)
+                {
+                    count[b + 1] += 1;
+                }
             }
-        }
-        for b in 0..64 {
-            count[b + 1] += count[b];
-        }
-        let mut fill = count;
-        let mut split = vec![0u32; count[64] as usize];
-        for j in lo_all + 1..hi_all {
-            if !first_of[j - lo_all]
-                && let Some(b) = diff_bit(j)
-            {
-                split[fill[b] as usize] = j as u32;
-                fill[b] += 1;
+            for b in 0..64 {
+                count[b + 1] += count[b];
             }
-        }
-        let mut frontier: Vec<Node> = groups
-            .filter(|&g| offsets[g] < offsets[g + 1])
-            .map(|g| Node {
+            let mut fill = count;
+            let split = &mut sc.split;
+            split.clear();
+            split.resize(count[64] as usize, 0);
+            for j in lo_all + 1..hi_all {
+                if !first_of[j - lo_all]
+                    && let Some(b) = diff_bit(j)
+                {
+                    split[fill[b] as usize] = j as u32;
+                    fill[b] += 1;
+                }
+            }
+            let frontier = &mut sc.frontier;
+            frontier.clear();
+            frontier.extend(groups.filter(|&g| offsets[g] < offsets[g + 1]).map(|g| Node {
                 key: g as u32,
                 lo: offsets[g] as u32,
                 hi: offsets[g + 1] as u32,
@@ -689,82 +708,83 @@ impl BitDpfKeys {
                 t: self.party.bit(),
                 prev: 0,
                 acc: 0,
-            })
-            .collect();
-        // Children in point order, with their direction and slot in that direction's batch.
-        let mut children: Vec<(Node, u8, u32)> = Vec::new();
-        let mut pending: Vec<(u32, Node)> = Vec::new();
-        let mut sig: [Vec<AesBlock>; 2] = [Vec::new(), Vec::new()];
-        let mut enc: [Vec<AesBlock>; 2] = [Vec::new(), Vec::new()];
-        for i in 0..levels {
-            let shift = n - 1 - i;
-            let bucket = &split[count[shift as usize] as usize..count[shift as usize + 1] as usize];
-            children.clear();
-            sig[0].clear();
-            sig[1].clear();
-            let mut sp = 0;
-            for node in &frontier {
-                while sp < bucket.len() && bucket[sp] <= node.lo {
-                    sp += 1;
-                }
-                let block = to_block(sigma(node.s));
-                let mut push = |child: Node, c: u8| {
-                    let slot = sig[c as usize].len() as u32;
-                    sig[c as usize].push(block);
-                    children.push((child, c, slot));
-                };
-                if sp < bucket.len() && bucket[sp] < node.hi {
-                    let j = bucket[sp];
-                    sp += 1;
-                    push(Node { hi: j, ..*node }, 0);
-                    push(Node { lo: j, ..*node }, 1);
-                } else {
-                    push(*node, ((points[node.lo as usize] >> shift) & 1) as u8);
-                }
-            }
-            for c in 0..2 {
-                let len = sig[c].len();
-                sig[c].resize(pad(len), AesBlock::default());
-                enc[c].resize(sig[c].len(), AesBlock::default());
-                let key = if c == 0 { HashKey::Left } else { HashKey::Right };
-                prg.encrypt(key, &sig[c], &mut enc[c]);
-            }
-            let last = i == levels - 1;
-            frontier.clear();
-            for &(node, c, slot) in &children {
-                let g = node.key as usize;
-                let (cu, k) = (c as usize, slot as usize);
-                let a = from_block(&enc[cu][k]) ^ from_block(&sig[cu][k]);
-                let acc = node.acc ^ (node.t & (c != node.prev) as u8);
-                if last {
-                    let blk = a ^ (self.leaf_cw[g][cu] & (node.t as u128).wrapping_neg());
-                    leaf(g, node.lo as usize..node.hi as usize, blk, c, acc, false);
-                } else {
-                    let (s, t) = correct(a, node.t, self.tree.scw(i, g), self.tree.tcw(i, g, c as u64));
-                    let child = Node { s, t, prev: c, acc, ..node };
-                    if child.hi - child.lo == 1 && levels - i > RESUME_LEVELS {
-                        // A lone point: finish its path with the vectorised lane walk.
-                        pending.push((i + 1, child));
+            }));
+            // Children in point order, with their direction and slot in that direction's batch.
+            let SortedScratch { children, pending, sig, enc, .. } = sc;
+            pending.clear();
+            for i in 0..levels {
+                let shift = n - 1 - i;
+                let bucket = &split[count[shift as usize] as usize..count[shift as usize + 1] as usize];
+                children.clear();
+                sig[0].clear();
+                sig[1].clear();
+                let mut sp = 0;
+                for node in frontier.iter() {
+                    while sp < bucket.len() && bucket[sp] <= node.lo {
+                        sp += 1;
+                    }
+                    let block = to_block(sigma(node.s));
+                    let mut push = |child: Node, c: u8| {
+                        let slot = sig[c as usize].len() as u32;
+                        sig[c as usize].push(block);
+                        children.push((child, c, slot));
+                    };
+                    if sp < bucket.len() && bucket[sp] < node.hi {
+                        let j = bucket[sp];
+                        sp += 1;
+                        push(Node { hi: j, ..*node }, 0);
+                        push(Node { lo: j, ..*node }, 1);
                     } else {
-                        frontier.push(child);
+                        push(*node, ((points[node.lo as usize] >> shift) & 1) as u8);
+                    }
+                }
+                for c in 0..2 {
+                    let len = sig[c].len();
+                    sig[c].resize(pad(len), AesBlock::default());
+                    enc[c].resize(sig[c].len(), AesBlock::default());
+                    let key = if c == 0 { HashKey::Left } else { HashKey::Right };
+                    prg.encrypt(key, &sig[c], &mut enc[c]);
+                }
+                let last = i == levels - 1;
+                frontier.clear();
+                for &(node, c, slot) in children.iter() {
+                    let g = node.key as usize;
+                    let (cu, k) = (c as usize, slot as usize);
+                    let a = from_block(&enc[cu][k]) ^ from_block(&sig[cu][k]);
+                    let acc = node.acc ^ (node.t & (c != node.prev) as u8);
+                    if last {
+                        let blk = a ^ (self.leaf_cw[g][cu] & (node.t as u128).wrapping_neg());
+                        leaf(g, node.lo as usize..node.hi as usize, blk, c, acc, false);
+                    } else {
+                        let (s, t) = correct(a, node.t, self.tree.scw(i, g), self.tree.tcw(i, g, c as u64));
+                        let child = Node { s, t, prev: c, acc, ..node };
+                        if child.hi - child.lo == 1 && levels - i > RESUME_LEVELS {
+                            // A lone point: finish its path with the vectorised lane walk.
+                            pending.push((i + 1, child));
+                        } else {
+                            frontier.push(child);
+                        }
                     }
                 }
             }
-        }
-        // Lone points, by the level they left the trie at.
-        pending.sort_by_key(|(l, _)| *l);
-        for batch in pending.chunk_by(|a, b| a.0 == b.0) {
-            for part in batch.chunks(walk::CHUNK) {
-                let from = part[0].0;
-                let res = self.resume_lanes(from, part.iter().map(|(_, nd)| nd), points);
-                for ((_, nd), (l, e)) in part.iter().zip(res) {
-                    let (g, p) = (nd.key as usize, nd.lo as usize);
-                    let (i, sh) = (word_of[g - g_first] + (p - offsets[g]) / 64, (p - offsets[g]) % 64);
-                    lt[i] |= (l as u64) << sh;
-                    if let Some(q) = eq.as_deref_mut() {
-                        q[i] |= (e as u64) << sh;
-                    }
+            // Lone points, by the level they left the trie at.
+            pending.sort_by_key(|(l, _)| *l);
+            for batch in pending.chunk_by(|a, b| a.0 == b.0) {
+                for part in batch.chunks(walk::CHUNK) {
+                    let from = part[0].0;
+                    let res = self.resume_lanes(from, part.iter().map(|(_, nd)| nd), points);
+                    lone.extend(
+                        part.iter().zip(res).map(|((_, nd), (l, e))| (nd.key as usize, nd.lo as usize, l, e)),
+                    );
                 }
+            }
+            lone
+        });
+        for (g, p, l, e) in lone {
+            let (i, sh) = (word_of[g - g_first] + (p - offsets[g]) / 64, (p - offsets[g]) % 64);
+            lt[i] |= (l as u64) << sh;
+            if let Some(q) = eq.as_deref_mut() {
+                q[i] |= (e as u64) << sh;
             }
         }
     }
@@ -954,6 +974,40 @@ impl BitDpfKeys {
 /// A trie node holding one point leaves the trie for the lane walk when more than this many
 /// levels remain.
 const RESUME_LEVELS: u32 = 3;
+
+/// Buffers of [`BitDpfKeys::eval_window_bits`], kept per thread (fresh large allocations
+/// would cost page faults on every call).
+#[derive(Default)]
+struct WindowScratch {
+    blocks: Vec<u128>,
+    lo: Vec<u64>,
+    hi: Vec<u64>,
+    tm: Vec<u64>,
+    nlo: Vec<u64>,
+    nhi: Vec<u64>,
+    ntm: Vec<u64>,
+    sig: Vec<AesBlock>,
+    el: Vec<AesBlock>,
+    er: Vec<AesBlock>,
+    halves: Vec<u64>,
+}
+
+/// Buffers of the trie walk of [`BitDpfKeys::eval_sorted_bits`], kept per thread.
+#[derive(Default)]
+struct SortedScratch {
+    first_of: Vec<bool>,
+    split: Vec<u32>,
+    frontier: Vec<Node>,
+    children: Vec<(Node, u8, u32)>,
+    pending: Vec<(u32, Node)>,
+    sig: [Vec<AesBlock>; 2],
+    enc: [Vec<AesBlock>; 2],
+}
+
+thread_local! {
+    static WINDOW_SCRATCH: std::cell::RefCell<WindowScratch> = std::cell::RefCell::default();
+    static SORTED_SCRATCH: std::cell::RefCell<SortedScratch> = std::cell::RefCell::default();
+}
 
 /// Words of the bit-packed output of [`BitDpfKeys::eval_sorted_bits`] for these offsets:
 /// `Σ_g ⌈T_g/64⌉`.

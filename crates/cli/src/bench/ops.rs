@@ -100,6 +100,10 @@ pub struct OpsBenchArgs {
     /// row named after the spec, on inputs spread over its whole domain.
     #[arg(long)]
     spec: Option<std::path::PathBuf>,
+    /// Compiled GeLU and SiLU: round the residual to a multiple of `2^quantum` ulps (error at
+    /// most `2^{quantum−1}` ulps, about `2^quantum` times fewer intervals; 0 is exact rounding).
+    #[arg(long, default_value_t = 0)]
+    quantum: u32,
     /// Key memory per party a compiled row may use; rows whose keys are larger run on fewer
     /// elements (the row's `elements` says how many).
     #[arg(long, default_value_t = 1 << 30)]
@@ -585,9 +589,11 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
         "gelu" | "gelu_mode0" | "gelu_tanh" | "silu" => {
             let in_bits = if op == "gelu" { m1 } else { n };
             let (spec, func) = match op {
-                "silu" => (library::silu(in_bits, n, f), Function::Silu),
-                "gelu_tanh" => (library::gelu(in_bits, n, f, GeluForm::Tanh), Function::GeluTanh),
-                _ => (library::gelu(in_bits, n, f, GeluForm::Erf), Function::Gelu),
+                "silu" => (library::silu_coarse(in_bits, n, f, a.quantum), Function::Silu),
+                "gelu_tanh" => {
+                    (library::gelu_coarse(in_bits, n, f, GeluForm::Tanh, a.quantum), Function::GeluTanh)
+                }
+                _ => (library::gelu_coarse(in_bits, n, f, GeluForm::Erf, a.quantum), Function::Gelu),
             };
             let x = activation_inputs(ring, rng, e, in_bits, one);
             let err = scan_error(-16 * one, 16 * one, ring, f, eval(&spec), |v| func.f64(v));
