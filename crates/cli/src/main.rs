@@ -6,13 +6,15 @@ mod bench;
 mod demo;
 mod fit;
 mod model;
+mod service;
 
 /// fusefss — private transformer inference with function secret sharing (FuseFSS).
 ///
 /// A client secret-shares its input between two non-colluding servers; the servers evaluate
 /// the model on shares with keys a dealer prepared offline. Today this binary measures the
 /// FSS primitives and the operators (SIGMA's protocols and FuseFSS-compiled specs) and fits
-/// specs; the later commands (demo, dealer, serve, query) arrive with their crates.
+/// specs; `demo` runs a whole model on one machine; `dealer`, `serve` and `query` run the
+/// dealer, the two servers and the client as separate processes over TLS.
 #[derive(Parser)]
 #[command(name = "fusefss", version, about, long_about)]
 struct Cli {
@@ -41,6 +43,26 @@ enum Command {
     /// bytes, communication and rounds, so that accuracy can be traded for cost. Measure it
     /// with `fusefss bench ops --impl fusefss --spec FILE`.
     Fit(fit::FitArgs),
+    /// Write key bundles for K queries: OUT/party0/, OUT/party1/ and the TLS certificates
+    /// in OUT/tls/.
+    ///
+    /// Each bundle holds one server's keys for one query of the given model and sequence
+    /// length, in a versioned, checksummed file; a server uses each bundle once and never
+    /// again. Shows a progress bar.
+    Dealer(service::dealer::DealerArgs),
+    /// Run one of the two servers: answer queries one after another with fresh key bundles.
+    ///
+    /// Party 0 connects to party 1 (`--peer`); both listen for the client. All connections
+    /// use TLS with the dealer's pinned certificates. A failed query is reported to the
+    /// client and the server goes on with the next one; a used bundle is never used again,
+    /// also after a crash or restart.
+    Serve(service::server::ServeArgs),
+    /// Query the two servers: embed and secret-share the input, print the reconstructed
+    /// output.
+    ///
+    /// With `--check`, recompute the plaintext fixed-point result locally and report
+    /// `matches_plaintext`; with `--json`, print one JSON object.
+    Query(service::client::QueryArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -48,5 +70,8 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Fit(args) => fit::run(args),
+        Command::Dealer(args) => service::dealer::run(args),
+        Command::Serve(args) => service::server::run(args),
+        Command::Query(args) => service::client::run(args),
     }
 }

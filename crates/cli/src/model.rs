@@ -25,6 +25,10 @@ pub enum ModelName {
 }
 
 impl ModelName {
+    pub fn from_name(s: &str) -> Option<ModelName> {
+        [ModelName::BertTiny, ModelName::Gpt2, ModelName::Minilm].into_iter().find(|m| m.name() == s)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             ModelName::BertTiny => "bert-tiny",
@@ -149,6 +153,30 @@ impl Loaded {
             ids = (0..s).map(|i| base[i % base.len()]).collect();
         }
         Ok(ids)
+    }
+
+    /// Token ids must be below this.
+    pub fn vocab(&self) -> usize {
+        match self {
+            Loaded::Bert(w, ..) => w.config.vocab,
+            Loaded::Gpt2(w, ..) => w.config.vocab,
+        }
+    }
+
+    /// The program for `seq` tokens (public: it does not depend on the tokens).
+    pub fn graph(&self, seq: usize) -> anyhow::Result<Graph> {
+        Ok(match self {
+            Loaded::Bert(w, fx, _) => graph::bert(w, seq, *fx)?,
+            Loaded::Gpt2(w, fx, _) => graph::gpt2(w, seq, *fx)?,
+        })
+    }
+
+    /// The client's input for `ids`: its tokens embedded from the public table.
+    pub fn input(&self, ids: &[u32]) -> Vec<u64> {
+        match self {
+            Loaded::Bert(w, fx, _) => graph::bert_input(w, ids, *fx),
+            Loaded::Gpt2(w, fx, _) => graph::gpt2_input(w, ids, *fx),
+        }
     }
 
     /// The program, the client's input and the f64 reference output for `ids`.

@@ -18,7 +18,7 @@ use crate::error::EngineError;
 use crate::graph::Graph;
 use crate::layers::{DynGate, local};
 
-/// One party's keys for a whole program.
+/// One party's keys for a whole program, in memory.
 pub struct PartyKeys {
     /// The party.
     pub party: Party,
@@ -33,6 +33,99 @@ pub struct PartyKeys {
 impl std::fmt::Debug for PartyKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PartyKeys").field("party", &self.party).finish_non_exhaustive()
+    }
+}
+
+/// Where the online phase takes one party's keys from, in program order: the input mask
+/// share, one key per gate node, the output mask share. Each key is handed out once (keys
+/// are single-use); a source may read them from disk as the program runs.
+pub trait KeySource {
+    /// The party whose keys these are.
+    fn party(&self) -> Party;
+    /// This party's share of the input mask.
+    ///
+    /// # Errors
+    /// [`GateError`] if the keys cannot be read.
+    fn input_mask(&mut self) -> Result<Vec<u64>, GateError>;
+    /// The key of gate node `node` (asked in increasing node order).
+    ///
+    /// # Errors
+    /// [`GateError`] if the key is missing, corrupted or for another gate.
+    fn gate_key(&mut self, node: usize, gate: &dyn DynGate) -> Result<Box<dyn Any + Send>, GateError>;
+    /// This party's share of the output mask (asked last).
+    ///
+    /// # Errors
+    /// [`GateError`] if the keys cannot be read.
+    fn output_mask(&mut self) -> Result<Vec<u64>, GateError>;
+}
+
+impl KeySource for PartyKeys {
+    fn party(&self) -> Party {
+        self.party
+    }
+
+    fn input_mask(&mut self) -> Result<Vec<u64>, GateError> {
+        Ok(std::mem::take(&mut self.input_mask))
+    }
+
+    fn gate_key(&mut self, node: usize, _gate: &dyn DynGate) -> Result<Box<dyn Any + Send>, GateError> {
+        self.gates
+            .get_mut(node)
+            .and_then(Option::take)
+            .ok_or(GateError::KeyMismatch("no key for this node (keys of another program, or used already)"))
+    }
+
+    fn output_mask(&mut self) -> Result<Vec<u64>, GateError> {
+        Ok(std::mem::take(&mut self.output_mask))
+    }
+}
+
+/// Where the dealer puts one party's keys, in program order (see [`KeySource`]).
+pub trait KeySink {
+    /// This party's share of the input mask (first).
+    ///
+    /// # Errors
+    /// [`EngineError`] if the keys cannot be stored.
+    fn input_mask(&mut self, share: Vec<u64>) -> Result<(), EngineError>;
+    /// The key of gate node `node`.
+    ///
+    /// # Errors
+    /// [`EngineError`] if the key cannot be stored.
+    fn gate_key(
+        &mut self,
+        node: usize,
+        gate: &dyn DynGate,
+        key: Box<dyn Any + Send>,
+    ) -> Result<(), EngineError>;
+    /// This party's share of the output mask (last).
+    ///
+    /// # Errors
+    /// [`EngineError`] if the keys cannot be stored.
+    fn output_mask(&mut self, share: Vec<u64>) -> Result<(), EngineError>;
+}
+
+impl KeySink for PartyKeys {
+    fn input_mask(&mut self, share: Vec<u64>) -> Result<(), EngineError> {
+        self.input_mask = share;
+        Ok(())
+    }
+
+    fn gate_key(
+        &mut self,
+        node: usize,
+        _gate: &dyn DynGate,
+        key: Box<dyn Any + Send>,
+    ) -> Result<(), EngineError> {
+        if self.gates.len() <= node {
+            self.gates.resize_with(node + 1, || None);
+        }
+        self.gates[node] = Some(key);
+        Ok(())
+    }
+
+    fn output_mask(&mut self, share: Vec<u64>) -> Result<(), EngineError> {
+        self.output_mask = share;
+        Ok(())
     }
 }
 
@@ -54,7 +147,7 @@ fn charge<T: Copy + std::ops::AddAssign>(list: &mut Vec<(&'static str, T)>, labe
     }
 }
 
-/// The dealer: masks for every value and both parties' keys, node by node; `progress` is
+/// The dealer, in memory: masks for every value and both parties' keys; `progress` is
 /// called after each node with (done, total).
 ///
 /// # Errors
@@ -63,45 +156,79 @@ pub fn deal(
     g: &Graph,
     gates: &[Option<Box<dyn DynGate>>],
     rng: &mut DealerRng,
-    mut progress: impl FnMut(usize, usize),
+    progress: impl FnMut(usize, usize),
 ) -> Result<(PartyKeys, PartyKeys, DealReport), EngineError> {
+    let empty = |party| PartyKeys { party, input_mask: vec![], output_mask: vec![], gates: vec![] };
+    let (mut k0, mut k1) = (empty(Party::P0), empty(Party::P1));
+    let report = deal_into(g, gates, rng, [&mut k0, &mut k1], progress)?;
+    k0.gates.resize_with(g.nodes.len(), || None);
+    k1.gates.resize_with(g.nodes.len(), || None);
+    Ok((k0, k1, report))
+}
+
+/// The dealer, streaming: masks for every value, and both parties' keys handed to `sinks`
+/// node by node (so that they can go to disk as they are made); `progress` is called after
+/// each node with (done, total).
+///
+/// # Errors
+/// [`EngineError`] if a gate rejects its masks or a sink fails.
+pub fn deal_into(
+    g: &Graph,
+    gates: &[Option<Box<dyn DynGate>>],
+    rng: &mut DealerRng,
+    sinks: [&mut dyn KeySink; 2],
+    mut progress: impl FnMut(usize, usize),
+) -> Result<DealReport, EngineError> {
+    let [s0, s1] = sinks;
     let t = Instant::now();
     let n = g.n;
+    // Masks of values that later nodes still read (freed after their last reader).
+    let last_use = last_uses(g);
     let mut masks: Vec<Vec<u64>> = Vec::with_capacity(g.nodes.len() + 1);
     masks.push(random_words(rng, g.input.len(), n));
-    let (mut k0, mut k1) = (vec![], vec![]);
+    let (i0, i1) = share(rng, &masks[0], n);
+    s0.input_mask(i0)?;
+    s1.input_mask(i1)?;
     let mut report = DealReport::default();
     for (i, node) in g.nodes.iter().enumerate() {
         let ins: Vec<&[u64]> = node.op.inputs().iter().map(|&v| masks[v].as_slice()).collect();
-        match &gates[i] {
+        let out = match &gates[i] {
             Some(gate) => {
                 let out = random_words(rng, node.shape.len(), n);
                 let pair = gate.keygen(&ins, &out, rng).map_err(|e| EngineError::at(i, e))?;
                 charge(&mut report.by_label, node.label, pair.bits);
                 report.key_bits += pair.bits;
-                k0.push(Some(pair.k0));
-                k1.push(Some(pair.k1));
-                masks.push(out);
+                s0.gate_key(i, gate.as_ref(), pair.k0)?;
+                s1.gate_key(i, gate.as_ref(), pair.k1)?;
+                out
             }
-            None => {
-                let out = local(&node.op, node.shape, &ins, n, false);
-                k0.push(None);
-                k1.push(None);
-                masks.push(out);
+            None => local(&node.op, node.shape, &ins, n, false),
+        };
+        masks.push(out);
+        for v in node.op.inputs() {
+            if last_use[v] == i && v != g.output {
+                masks[v] = vec![];
             }
         }
-        // Masks no later node reads can go.
         progress(i + 1, g.nodes.len());
     }
-    let (i0, i1) = share(rng, &masks[0], n);
     let (o0, o1) = share(rng, &masks[g.output], n);
+    s0.output_mask(o0)?;
+    s1.output_mask(o1)?;
     report.key_bits += (g.input.len() + g.shape(g.output).len()) as u64 * n as u64;
     report.time = t.elapsed();
-    Ok((
-        PartyKeys { party: Party::P0, input_mask: i0, output_mask: o0, gates: k0 },
-        PartyKeys { party: Party::P1, input_mask: i1, output_mask: o1, gates: k1 },
-        report,
-    ))
+    Ok(report)
+}
+
+/// For every value, the last node that reads it.
+fn last_uses(g: &Graph) -> Vec<usize> {
+    let mut last = vec![0usize; g.nodes.len() + 1];
+    for (i, node) in g.nodes.iter().enumerate() {
+        for v in node.op.inputs() {
+            last[v] = i;
+        }
+    }
+    last
 }
 
 /// The plaintext fixed-point reference: the output the secure run must equal.
@@ -139,12 +266,12 @@ pub async fn online(
     g: &Graph,
     gates: &[Option<Box<dyn DynGate>>],
     ctx: &Ctx,
-    keys: &PartyKeys,
+    keys: &mut dyn KeySource,
     x_share: &[u64],
 ) -> Result<Vec<u64>, GateError> {
     let n = g.n;
     let m = mask(n);
-    if x_share.len() != g.input.len() || keys.input_mask.len() != g.input.len() {
+    if x_share.len() != g.input.len() {
         return Err(GateError::Length {
             what: "input shares",
             expected: g.input.len(),
@@ -152,25 +279,39 @@ pub async fn online(
         });
     }
     ctx.set_label("input");
-    let mine: Vec<u64> = x_share.iter().zip(&keys.input_mask).map(|(a, b)| a.wrapping_add(*b) & m).collect();
+    let input_mask = keys.input_mask()?;
+    if input_mask.len() != g.input.len() {
+        return Err(GateError::KeyMismatch("input mask of another program"));
+    }
+    let mine: Vec<u64> = x_share.iter().zip(&input_mask).map(|(a, b)| a.wrapping_add(*b) & m).collect();
+    let last_use = last_uses(g);
     let mut vals: Vec<Vec<u64>> = vec![ctx.open(&mine, n).await?];
     for (i, node) in g.nodes.iter().enumerate() {
         ctx.set_label(node.label);
         let ins: Vec<&[u64]> = node.op.inputs().iter().map(|&v| vals[v].as_slice()).collect();
-        let out = match (&gates[i], &keys.gates[i]) {
-            (Some(gate), Some(key)) => gate.eval(ctx, key.as_ref(), ins).await?,
-            (None, None) => local(&node.op, node.shape, &ins, n, true),
-            _ => return Err(GateError::KeyMismatch("keys of another program")),
+        let out = match &gates[i] {
+            Some(gate) => {
+                let key = keys.gate_key(i, gate.as_ref())?;
+                gate.eval(ctx, key.as_ref(), ins).await?
+            }
+            None => local(&node.op, node.shape, &ins, n, true),
         };
         vals.push(out);
+        for v in node.op.inputs() {
+            if last_use[v] == i && v != g.output {
+                vals[v] = vec![];
+            }
+        }
     }
     ctx.set_label("output");
+    let output_mask = keys.output_mask()?;
     let y = &vals[g.output];
-    if keys.output_mask.len() != y.len() {
+    if output_mask.len() != y.len() {
         return Err(GateError::KeyMismatch("output mask of another program"));
     }
+    let p0 = keys.party() == Party::P0;
     Ok(y.iter()
-        .zip(&keys.output_mask)
-        .map(|(&v, &r)| if keys.party == Party::P0 { v.wrapping_sub(r) & m } else { r.wrapping_neg() & m })
+        .zip(&output_mask)
+        .map(|(&v, &r)| if p0 { v.wrapping_sub(r) & m } else { r.wrapping_neg() & m })
         .collect())
 }

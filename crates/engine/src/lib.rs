@@ -8,12 +8,14 @@
 //! | [`graph`] | [`Graph`]: nodes (linear maps, gathers, truncations, matrix products, softmax, LayerNorm, GeLU) over shaped tensors |
 //! | [`layers`] | what each node computes: local maps, and the gates of each [`Impl`] (SIGMA or FuseFSS) |
 //! | [`exec`] | dealer, plaintext reference, online server, client input sharing and output reconstruction |
-//! | [`run`] | both servers in one process on two threads |
+//! | [`run`] | one server's online phase over a message link; both servers in one process |
+//! | [`bundle`] | key bundles on disk (streamed) and the single-use key store |
 //!
 //! Every gate node runs over a whole tensor, so everything a layer computes in parallel
 //! (every element, every head) shares its rounds.
 
 pub mod blocks;
+pub mod bundle;
 pub mod error;
 pub mod exec;
 pub mod graph;
@@ -21,7 +23,9 @@ pub mod layers;
 pub mod run;
 
 pub use error::EngineError;
-pub use exec::{DealReport, PartyKeys, deal, online, plain, reconstruct, share_input};
+pub use exec::{
+    DealReport, KeySink, KeySource, PartyKeys, deal, deal_into, online, plain, reconstruct, share_input,
+};
 pub use graph::{Graph, GraphError, Node, Op, Shape, ValueId};
 pub use layers::{DynGate, Impl, build};
-pub use run::{PartyRun, run_threads};
+pub use run::{PartyRun, run_party, run_threads};

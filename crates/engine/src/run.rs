@@ -1,14 +1,13 @@
-//! Running both servers in one process, each on its own thread, over an in-memory channel.
+//! Driving one server's online phase over a message link, and both servers in one process.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use fss::Party;
 use gates::online::{Progress, Session, Stats};
 use gates::{Ctx, GateError};
 
 use crate::error::EngineError;
-use crate::exec::{PartyKeys, online};
+use crate::exec::{KeySource, PartyKeys, online};
 use crate::graph::Graph;
 use crate::layers::DynGate;
 
@@ -25,6 +24,34 @@ pub struct PartyRun {
     pub wall: Duration,
 }
 
+/// Run one server's online phase: `exchange` sends this round's message to the peer and
+/// returns the peer's message of the same round (the only place that touches the link).
+///
+/// # Errors
+/// A gate's error, a key source's error, or the error `exchange` returns.
+pub fn run_party(
+    g: &Graph,
+    gates: &[Option<Box<dyn DynGate>>],
+    keys: &mut dyn KeySource,
+    x_share: &[u64],
+    mut exchange: impl FnMut(Vec<u8>) -> Result<Vec<u8>, GateError>,
+) -> Result<PartyRun, GateError> {
+    let ctx = Ctx::new(keys.party());
+    let t = Instant::now();
+    let mut s = Session::new(&ctx, online(g, gates, &ctx, keys, x_share));
+    let output = loop {
+        match s.advance() {
+            Progress::Send(msg) => {
+                let peer = exchange(msg)?;
+                s.deliver(&peer)?;
+            }
+            Progress::Done(r) => break r?,
+        }
+    };
+    drop(s);
+    Ok(PartyRun { output, stats: ctx.stats(), times: ctx.times(), wall: t.elapsed() })
+}
+
 /// Run both servers' online phases on two threads connected by an in-memory channel.
 ///
 /// # Errors
@@ -37,11 +64,17 @@ pub fn run_threads(
 ) -> Result<[PartyRun; 2], EngineError> {
     let (tx0, rx1) = mpsc::channel::<Vec<u8>>();
     let (tx1, rx0) = mpsc::channel::<Vec<u8>>();
-    let [k0, k1] = keys;
+    let [mut k0, mut k1] = keys;
     let [x0, x1] = inputs;
+    let link = |tx: mpsc::Sender<Vec<u8>>, rx: mpsc::Receiver<Vec<u8>>| {
+        move |msg| {
+            tx.send(msg).map_err(|_| GateError::Desync("the peer stopped"))?;
+            rx.recv().map_err(|_| GateError::Desync("the peer stopped"))
+        }
+    };
     let (r0, r1) = std::thread::scope(|s| {
-        let h0 = s.spawn(move || party(g, gates, Party::P0, &k0, &x0, tx0, rx0));
-        let h1 = s.spawn(move || party(g, gates, Party::P1, &k1, &x1, tx1, rx1));
+        let h0 = s.spawn(|| run_party(g, gates, &mut k0, &x0, link(tx0, rx0)));
+        let h1 = s.spawn(|| run_party(g, gates, &mut k1, &x1, link(tx1, rx1)));
         (h0.join(), h1.join())
     });
     let unwrap = |r: std::thread::Result<Result<PartyRun, GateError>>| -> Result<PartyRun, EngineError> {
@@ -49,29 +82,4 @@ pub fn run_threads(
             .map_err(EngineError::Online)
     };
     Ok([unwrap(r0)?, unwrap(r1)?])
-}
-
-fn party(
-    g: &Graph,
-    gates: &[Option<Box<dyn DynGate>>],
-    who: Party,
-    keys: &PartyKeys,
-    x: &[u64],
-    tx: mpsc::Sender<Vec<u8>>,
-    rx: mpsc::Receiver<Vec<u8>>,
-) -> Result<PartyRun, GateError> {
-    let ctx = Ctx::new(who);
-    let t = Instant::now();
-    let mut s = Session::new(&ctx, online(g, gates, &ctx, keys, x));
-    let output = loop {
-        match s.advance() {
-            Progress::Send(msg) => {
-                tx.send(msg).map_err(|_| GateError::Desync("the peer stopped"))?;
-                let peer = rx.recv().map_err(|_| GateError::Desync("the peer stopped"))?;
-                s.deliver(&peer)?;
-            }
-            Progress::Done(r) => break r?,
-        }
-    };
-    Ok(PartyRun { output, stats: ctx.stats(), times: ctx.times(), wall: t.elapsed() })
 }

@@ -45,6 +45,9 @@ pub enum GateError {
     /// The transport failed.
     #[error("transport: {0}")]
     Transport(String),
+    /// The keys could not be read (a missing, corrupted or mismatched key bundle).
+    #[error("keys: {0}")]
+    Keys(String),
 }
 
 /// Check that `actual == expected`.

@@ -1,0 +1,243 @@
+//! `fusefss query`: the client. It embeds its tokens (the embedding table is public),
+//! secret-shares the embedded sequence between the two servers, and reconstructs the output
+//! from their shares.
+
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use engine::blocks::dequantize;
+use fss::rng::Rng;
+use net::tls::{self, Role};
+use net::{Conn, Transport};
+use serde::Serialize;
+
+use super::proto::{Answer, Descriptor, Msg, hex};
+use crate::model::{Loaded, ModelName, load};
+
+/// Arguments of `fusefss query`.
+#[derive(Args)]
+pub struct QueryArgs {
+    /// The two servers: ADDR0,ADDR1.
+    #[arg(long, value_delimiter = ',', required = true)]
+    servers: Vec<String>,
+    /// The dealer's certificate folder (the client's key and the servers' pinned
+    /// certificates).
+    #[arg(long)]
+    tls: PathBuf,
+    /// Model (the servers' bundles must be for it).
+    #[arg(long, value_enum, default_value = "bert-tiny")]
+    model: ModelName,
+    /// Sequence length (the text's tokens are repeated or cut to it).
+    #[arg(long)]
+    seq: usize,
+    /// Use only the first L layers (as the dealer did).
+    #[arg(long)]
+    layers: Option<usize>,
+    /// The private text.
+    #[arg(long, conflicts_with = "input")]
+    text: Option<String>,
+    /// The private input as a file: a JSON array of token ids.
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// Recompute the plaintext fixed-point result locally (the model is public) and report
+    /// whether the secure result matches it.
+    #[arg(long)]
+    check: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Seconds to wait for the servers' answers.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+}
+
+#[derive(Serialize)]
+struct Output {
+    model: &'static str,
+    seq: usize,
+    layers: usize,
+    #[serde(rename = "impl")]
+    implementation: String,
+    bundle: String,
+    n: u32,
+    f: u32,
+    /// The reconstructed output (BERT: the mean-pooled embedding; GPT-2: the last hidden
+    /// state), in real units.
+    output: Vec<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_token: Option<usize>,
+    matches_plaintext: Option<bool>,
+    online_ms: f64,
+    total_ms: f64,
+    rounds: u64,
+    comm_bytes: u64,
+}
+
+pub fn run(a: QueryArgs) -> anyhow::Result<()> {
+    if a.seq == 0 {
+        bail!("--seq must be positive");
+    }
+    if a.servers.len() != 2 {
+        bail!("--servers takes two addresses, ADDR0,ADDR1 (got {})", a.servers.len());
+    }
+    let t = Instant::now();
+    let loaded = load(a.model, a.layers)?;
+    let ids = tokens(&loaded, &a)?;
+    let x = loaded.input(&ids);
+    let me = tls::load_identity(&a.tls, Role::Client)?;
+    let mut rng = fss::rng::os_rng()?;
+    let (x0, x1) = engine::share_input(&x, n_of(&loaded), &mut rng);
+    let mut id = [0u8; 16];
+    rng.fill_bytes(&mut id);
+    let layers = loaded.layers();
+    let timeout = Duration::from_secs(a.timeout.max(1));
+    let me = std::sync::Arc::new(me);
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (party, share) in [(0u8, x0), (1u8, x1)] {
+        let (addr, dir, me, tx) = (a.servers[party as usize].clone(), a.tls.clone(), me.clone(), tx.clone());
+        let q = Msg::Query {
+            id,
+            model: a.model.name().into(),
+            seq: a.seq as u32,
+            layers: Some(layers as u32),
+            share,
+        };
+        std::thread::spawn(move || {
+            let _ = tx.send((party, ask(party, &addr, &dir, &me, &q, timeout)));
+        });
+    }
+    drop(tx);
+    // Both servers at once; the first failure ends the query.
+    let mut answers: [Option<Answer>; 2] = [None, None];
+    for (party, r) in rx.iter().take(2) {
+        match r {
+            Ok(ans) => answers[party as usize] = Some(ans),
+            Err(e) => return Err(e.context(format!("query {} failed", &hex(&id)[..8]))),
+        }
+    }
+    let [Some(a0), Some(a1)] = answers else { bail!("a server did not answer") };
+    if a0.bundle != a1.bundle || a0.share.len() != a1.share.len() || a0.n != a1.n {
+        bail!("the servers answered with different bundles or shapes ({} vs {})", a0.bundle, a1.bundle);
+    }
+    let desc = Descriptor::parse(&a0.descriptor).map_err(anyhow::Error::msg)?;
+    let n = a0.n;
+    let y = engine::reconstruct(&a0.share, &a1.share, n);
+    let output: Vec<f64> = y.iter().map(|&v| dequantize(v, a0.f, n)).collect();
+    let matches = if a.check {
+        let imp = match desc.imp.as_str() {
+            "sigma" => engine::Impl::Sigma,
+            _ => engine::Impl::Fusefss,
+        };
+        let g = loaded.graph(a.seq)?;
+        let gates = engine::build(&g, imp)?;
+        Some(engine::plain(&g, &gates, &x) == y)
+    } else {
+        None
+    };
+    let next_token = match &loaded {
+        Loaded::Gpt2(w, ..) => {
+            let logits = models::float::gpt2_logits_last(w, &output)?;
+            logits.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i)
+        }
+        Loaded::Bert(..) => None,
+    };
+    let out = Output {
+        model: a.model.name(),
+        seq: a.seq,
+        layers,
+        implementation: desc.imp.clone(),
+        bundle: a0.bundle.clone(),
+        n,
+        f: a0.f,
+        output,
+        next_token,
+        matches_plaintext: matches,
+        online_ms: a0.online_ms.max(a1.online_ms),
+        total_ms: t.elapsed().as_secs_f64() * 1e3,
+        rounds: a0.rounds.max(a1.rounds),
+        comm_bytes: a0.comm_bytes.max(a1.comm_bytes),
+    };
+    if a.json {
+        println!("{}", serde_json::to_string(&out)?);
+    } else {
+        let show: Vec<String> = out.output.iter().take(6).map(|v| format!("{v:+.4}")).collect();
+        println!("{} ({} tokens, {}), bundle {}", desc.human(), a.seq, out.implementation, out.bundle);
+        println!("  output    {} … ({} values)", show.join(" "), out.output.len());
+        if let Some(t) = out.next_token {
+            println!("  next token: id {t}");
+        }
+        println!(
+            "  online {:.0} ms on the servers, {:.0} ms in all; {} rounds, {:.2} MB per server",
+            out.online_ms,
+            out.total_ms,
+            out.rounds,
+            out.comm_bytes as f64 / 1e6
+        );
+        match matches {
+            Some(true) => println!("  matches the plaintext fixed-point result: yes, on every value"),
+            Some(false) => println!("  matches the plaintext fixed-point result: NO"),
+            None => {}
+        }
+    }
+    if matches == Some(false) {
+        bail!("the secure result differs from the plaintext fixed-point result");
+    }
+    Ok(())
+}
+
+/// Send the query to server `party` and wait for its answer.
+fn ask(
+    party: u8,
+    addr: &str,
+    dir: &std::path::Path,
+    me: &tls::Identity,
+    q: &Msg,
+    timeout: Duration,
+) -> anyhow::Result<Answer> {
+    let cert = tls::load_cert(dir, Role::server(party))?;
+    let cfg = tls::client_config(me, cert)?;
+    let sa = addr
+        .to_socket_addrs()
+        .with_context(|| format!("server {party} address {addr}"))?
+        .next()
+        .with_context(|| format!("server {party} address {addr} resolves to nothing"))?;
+    let sock = TcpStream::connect_timeout(&sa, Duration::from_secs(10))
+        .with_context(|| format!("cannot reach server {party} at {addr}"))?;
+    let mut c = Conn::tls(sock, tls::client_connection(cfg)?, Some(Duration::from_secs(10)), None)
+        .with_context(|| format!("TLS with server {party} at {addr}"))?;
+    c.set_timeout(Some(timeout));
+    c.send(&q.encode())?;
+    let reply = c.recv().with_context(|| format!("waiting for server {party} at {addr}"))?;
+    match Msg::decode(&reply).map_err(anyhow::Error::msg)? {
+        Msg::Answer(ans) => Ok(ans),
+        Msg::Failed(why) => bail!("server {party}: {why}"),
+        _ => bail!("server {party} sent an unexpected message"),
+    }
+}
+
+fn n_of(l: &Loaded) -> u32 {
+    match l {
+        Loaded::Bert(_, fx, _) | Loaded::Gpt2(_, fx, _) => fx.n,
+    }
+}
+
+/// Token ids from `--text` or `--input`, cut or repeated to `--seq`.
+fn tokens(loaded: &Loaded, a: &QueryArgs) -> anyhow::Result<Vec<u32>> {
+    let Some(path) = &a.input else {
+        return loaded.tokens(a.text.as_deref(), Some(a.seq));
+    };
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let ids: Vec<u32> = serde_json::from_str(&text)
+        .with_context(|| format!("{}: expected a JSON array of token ids", path.display()))?;
+    if ids.is_empty() {
+        bail!("{}: no tokens", path.display());
+    }
+    let vocab = loaded.vocab();
+    if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+        bail!("{}: token id {bad} is outside the vocabulary of {vocab}", path.display());
+    }
+    Ok((0..a.seq).map(|i| ids[i % ids.len()]).collect())
+}

@@ -1,0 +1,136 @@
+//! `fusefss dealer`: key bundles for K queries, one folder per server, and the TLS
+//! certificates of the two servers and the client.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use engine::bundle::{BundleHeader, BundleId, BundleWriter, fingerprint};
+use fss::Party;
+use fss::rng::Rng;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::proto::Descriptor;
+use crate::model::{ModelName, load};
+
+/// Arguments of `fusefss dealer`.
+#[derive(Args)]
+pub struct DealerArgs {
+    /// Model.
+    #[arg(long, value_enum, default_value = "bert-tiny")]
+    model: ModelName,
+    /// Sequence length the keys are for (every query then has exactly this many tokens).
+    #[arg(long)]
+    seq: usize,
+    /// Use only the first L layers.
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Key bundles to write: one query each.
+    #[arg(long, default_value_t = 1)]
+    count: u32,
+    /// Output folder: writes OUT/party0/, OUT/party1/ and OUT/tls/ (certificates are made
+    /// once and kept when the folder has them, so that more bundles can be added later).
+    #[arg(long)]
+    out: PathBuf,
+    /// Implementation of the nonlinear layers.
+    #[arg(long = "impl", value_enum, default_value = "fusefss")]
+    implementation: ImplArg,
+}
+
+/// One implementation (a bundle holds keys for one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ImplArg {
+    /// Compiled operators.
+    Fusefss,
+    /// SIGMA's protocols.
+    Sigma,
+}
+
+impl ImplArg {
+    pub fn imp(self) -> engine::Impl {
+        match self {
+            ImplArg::Fusefss => engine::Impl::Fusefss,
+            ImplArg::Sigma => engine::Impl::Sigma,
+        }
+    }
+}
+
+pub fn run(a: DealerArgs) -> anyhow::Result<()> {
+    if a.seq == 0 || a.count == 0 {
+        bail!("--seq and --count must be positive");
+    }
+    let loaded = load(a.model, a.layers)?;
+    let g = loaded.graph(a.seq)?;
+    let imp = a.implementation.imp();
+    let gates = engine::build(&g, imp)?;
+    let desc = Descriptor {
+        model: a.model.name().into(),
+        seq: a.seq as u32,
+        layers: loaded.layers() as u32,
+        imp: imp.name().into(),
+    };
+    let fp = fingerprint(&g, imp);
+    let dirs = [a.out.join("party0"), a.out.join("party1")];
+    for d in &dirs {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+    let tls = a.out.join("tls");
+    if !tls.join("client.pem").exists() {
+        net::tls::generate(&tls)?;
+        println!("certificates: {} (server0, server1, client)", tls.display());
+    } else {
+        println!("certificates: keeping those in {}", tls.display());
+    }
+    let mut rng = fss::rng::os_rng()?;
+    let mut run = [0u8; 16];
+    rng.fill_bytes(&mut run);
+    println!(
+        "dealing {} bundle(s) for {}: {} nodes, {} with keys",
+        a.count,
+        desc.human(),
+        g.nodes.len(),
+        g.gates()
+    );
+    let bar = ProgressBar::new(u64::from(a.count) * g.nodes.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("dealer [{bar:30}] {pos}/{len} layers, {elapsed} (eta {eta}) {msg}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    let t = Instant::now();
+    let mut bytes = 0u64;
+    for index in 0..a.count {
+        let id = BundleId { run, index };
+        let header = |party| BundleHeader {
+            party,
+            id,
+            fingerprint: fp,
+            descriptor: desc.render(),
+            sections: 2 + g.gates() as u32,
+        };
+        let mut w0 = BundleWriter::create(&dirs[0], &g, &header(Party::P0))?;
+        let mut w1 = BundleWriter::create(&dirs[1], &g, &header(Party::P1))?;
+        let base = u64::from(index) * g.nodes.len() as u64;
+        bar.set_message(format!("bundle {}/{}", index + 1, a.count));
+        engine::deal_into(&g, &gates, &mut rng, [&mut w0, &mut w1], |i, _| {
+            bar.set_position(base + i as u64)
+        })?;
+        bytes = w0.bytes();
+        w0.finish()?;
+        w1.finish()?;
+    }
+    bar.finish_and_clear();
+    println!(
+        "wrote {} bundle(s) per server in {:.1} s: {:.1} MB each, to {} and {}",
+        a.count,
+        t.elapsed().as_secs_f64(),
+        bytes as f64 / 1e6,
+        dirs[0].display(),
+        dirs[1].display()
+    );
+    println!(
+        "give party0/ and tls/server0.* to server 0, party1/ and tls/server1.* to server 1, tls/client.* to the client (every party needs the three .pem certificates)"
+    );
+    Ok(())
+}

@@ -1,0 +1,702 @@
+//! Key bundles on disk (design.md §7): one party's keys for one query, written by the dealer
+//! as they are made and read by a server as the program runs, so that a bundle may be larger
+//! than memory; and the [`Store`] that makes every bundle single-use across crashes.
+//!
+//! A bundle file (`bundle-RUN-INDEX.fkb`, format version 1, little-endian):
+//!
+//! | field | bytes |
+//! |---|---|
+//! | magic `FUSEFSSK` | 8 |
+//! | version | 2 |
+//! | party, reserved | 1 + 1 |
+//! | bundle id: dealer run, index | 16 + 4 |
+//! | program fingerprint ([`fingerprint`]) | 32 |
+//! | descriptor (UTF-8, say which model and shape) | 2 + len |
+//! | section count | 4 |
+//! | CRC-32 of the header so far | 4 |
+//! | sections: kind, node, length, bytes, CRC-32 | 1 + 4 + 8 + len + 4 |
+//! | end marker `FUSEFSSE` | 8 |
+//!
+//! Sections come in program order: the input mask share, one key per gate node, the output
+//! mask share. CRCs detect corruption, not tampering: the dealer-to-server path is trusted
+//! (SECURITY.md).
+
+use std::any::Any;
+use std::collections::HashSet;
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use fss::Party;
+use fss::codec::{BitReader, BitWriter};
+use gates::GateError;
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+use crate::error::EngineError;
+use crate::exec::{KeySink, KeySource};
+use crate::graph::{Graph, Op};
+use crate::layers::{DynGate, Impl};
+
+const MAGIC: &[u8; 8] = b"FUSEFSSK";
+const END: &[u8; 8] = b"FUSEFSSE";
+/// The bundle format version this build reads and writes.
+pub const VERSION: u16 = 1;
+const KIND_INPUT: u8 = 1;
+const KIND_GATE: u8 = 2;
+const KIND_OUTPUT: u8 = 3;
+/// The largest section a reader accepts (a length beyond it is corruption).
+const MAX_SECTION: u64 = 1 << 40;
+/// Extension of bundle files.
+pub const EXTENSION: &str = "fkb";
+const LEDGER: &str = "consumed.log";
+
+/// Why a bundle or a key store cannot be used.
+#[derive(Debug, Error)]
+pub enum BundleError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The failure.
+        source: std::io::Error,
+    },
+    /// The file is not a bundle, or is damaged.
+    #[error("{path}: corrupted bundle: {what}")]
+    Corrupted {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// The bundle was written by another version of the format.
+    #[error("{path}: bundle format version {found}, this build reads version {VERSION}")]
+    Version {
+        /// The file.
+        path: String,
+        /// Its version.
+        found: u16,
+    },
+    /// The bundle holds keys for another program, party or shape.
+    #[error("{path}: {what}")]
+    Mismatch {
+        /// The file.
+        path: String,
+        /// What differs.
+        what: String,
+    },
+    /// The bundle was used before: it must never be used again.
+    #[error("bundle {0} was already used (keys are single-use)")]
+    AlreadyUsed(BundleId),
+    /// A key section did not decode.
+    #[error("{path}: node {node}: {source}")]
+    Decode {
+        /// The file.
+        path: String,
+        /// The gate node.
+        node: usize,
+        /// The failure.
+        source: fss::DecodeError,
+    },
+}
+
+impl From<BundleError> for GateError {
+    fn from(e: BundleError) -> GateError {
+        GateError::Keys(e.to_string())
+    }
+}
+
+/// Which bundle: the dealer run that wrote it and its number in that run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BundleId {
+    /// Random identifier of the dealer run.
+    pub run: [u8; 16],
+    /// Number of the bundle within the run.
+    pub index: u32,
+}
+
+impl fmt::Display for BundleId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in &self.run {
+            write!(f, "{b:02x}")?;
+        }
+        write!(f, "-{}", self.index)
+    }
+}
+
+impl std::str::FromStr for BundleId {
+    type Err = String;
+    fn from_str(s: &str) -> Result<BundleId, String> {
+        let (run, index) = s.split_once('-').ok_or("expected RUN-INDEX")?;
+        if run.len() != 32 {
+            return Err("the run is 32 hex digits".into());
+        }
+        let mut r = [0u8; 16];
+        for (i, b) in r.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&run[2 * i..2 * i + 2], 16).map_err(|e| e.to_string())?;
+        }
+        Ok(BundleId { run: r, index: index.parse().map_err(|e: std::num::ParseIntError| e.to_string())? })
+    }
+}
+
+impl BundleId {
+    /// The file name of this bundle.
+    pub fn file_name(&self) -> String {
+        let run: String = self.run[..4].iter().map(|b| format!("{b:02x}")).collect();
+        format!("bundle-{run}-{:06}.{EXTENSION}", self.index)
+    }
+}
+
+/// What a bundle says about itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BundleHeader {
+    /// The party whose keys it holds.
+    pub party: Party,
+    /// Its id.
+    pub id: BundleId,
+    /// [`fingerprint`] of the program it was dealt for.
+    pub fingerprint: [u8; 32],
+    /// Which model and shape (free text chosen by the dealer, for messages and matching).
+    pub descriptor: String,
+    /// Sections that follow.
+    pub sections: u32,
+}
+
+/// A hash of everything that determines a program's keys: widths, shapes, every layer with
+/// its public weights, and the implementation of its gates. Keys dealt for one program are
+/// useless (and must not be used) for any other.
+pub fn fingerprint(g: &Graph, imp: Impl) -> [u8; 32] {
+    let mut h = Sha256::new();
+    let mut put = |v: u64| h.update(v.to_le_bytes());
+    put(u64::from(VERSION));
+    put(match imp {
+        Impl::Sigma => 1,
+        Impl::Fusefss => 2,
+    });
+    put(g.n.into());
+    put(g.f.into());
+    put(g.input.rows as u64);
+    put(g.input.cols as u64);
+    put(g.output as u64);
+    put(g.nodes.len() as u64);
+    let words = |ws: &[u64], put: &mut dyn FnMut(u64)| {
+        put(ws.len() as u64);
+        ws.iter().for_each(|&w| put(w));
+    };
+    for node in &g.nodes {
+        put(node.shape.rows as u64);
+        put(node.shape.cols as u64);
+        node.op.inputs().iter().for_each(|&v| put(v as u64));
+        match &node.op {
+            Op::Linear { w, b, out, .. } => {
+                put(1);
+                put(*out as u64);
+                words(w, &mut put);
+                words(b.as_deref().unwrap_or(&[]), &mut put);
+            }
+            Op::Add { .. } => put(2),
+            Op::Gather { index, .. } => {
+                put(3);
+                put(index.len() as u64);
+                index.iter().for_each(|&j| put(j.into()));
+            }
+            Op::SumRows { .. } => put(4),
+            Op::Scale { c, .. } => {
+                put(5);
+                put(*c);
+            }
+            Op::Trunc { shift, .. } => {
+                put(6);
+                put((*shift).into());
+            }
+            Op::MatMul { count, m, k, n, .. } => {
+                put(7);
+                [*count, *m, *k, *n].iter().for_each(|&v| put(v as u64));
+            }
+            Op::Softmax { causal, .. } => {
+                put(8);
+                put((*causal).into());
+            }
+            Op::LayerNorm { gamma, beta, .. } => {
+                put(9);
+                words(gamma, &mut put);
+                words(beta, &mut put);
+            }
+            Op::Gelu { tanh, .. } => {
+                put(10);
+                put((*tanh).into());
+            }
+        }
+    }
+    h.finalize().into()
+}
+
+fn io_err(path: &Path) -> impl Fn(std::io::Error) -> BundleError + '_ {
+    move |source| BundleError::Io { path: path.display().to_string(), source }
+}
+
+fn encode_header(h: &BundleHeader) -> Vec<u8> {
+    let mut b = Vec::with_capacity(128);
+    b.extend_from_slice(MAGIC);
+    b.extend_from_slice(&VERSION.to_le_bytes());
+    b.push(h.party.bit());
+    b.push(0);
+    b.extend_from_slice(&h.id.run);
+    b.extend_from_slice(&h.id.index.to_le_bytes());
+    b.extend_from_slice(&h.fingerprint);
+    let d = h.descriptor.as_bytes();
+    b.extend_from_slice(&(d.len().min(u16::MAX as usize) as u16).to_le_bytes());
+    b.extend_from_slice(&d[..d.len().min(u16::MAX as usize)]);
+    b.extend_from_slice(&h.sections.to_le_bytes());
+    let crc = crc32fast::hash(&b);
+    b.extend_from_slice(&crc.to_le_bytes());
+    b
+}
+
+fn encode_mask(share: &[u64], n: u32) -> Vec<u8> {
+    let mut w = BitWriter::with_prefix((share.len() as u64).to_le_bytes().to_vec());
+    share.iter().for_each(|&v| w.put(v, n));
+    w.finish()
+}
+
+/// Writes one party's bundle as the dealer makes its keys; it appears under its final name
+/// only when complete ([`BundleWriter::finish`]).
+pub struct BundleWriter {
+    out: BufWriter<File>,
+    partial: PathBuf,
+    path: PathBuf,
+    n: u32,
+    written: u32,
+    sections: u32,
+    bytes: u64,
+}
+
+impl fmt::Debug for BundleWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BundleWriter").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+impl BundleWriter {
+    /// Start `dir/<id file name>` for program `g` (ring width from `g`); `header.sections`
+    /// must be `2 + g.gates()`.
+    ///
+    /// # Errors
+    /// [`BundleError::Io`], or [`BundleError::Mismatch`] if the bundle exists already.
+    pub fn create(dir: &Path, g: &Graph, header: &BundleHeader) -> Result<BundleWriter, BundleError> {
+        let path = dir.join(header.id.file_name());
+        if path.exists() {
+            return Err(BundleError::Mismatch {
+                path: path.display().to_string(),
+                what: "a bundle with this id exists already".into(),
+            });
+        }
+        let partial = path.with_extension("partial");
+        let f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&partial)
+            .map_err(io_err(&partial))?;
+        let mut out = BufWriter::with_capacity(1 << 20, f);
+        let h = encode_header(header);
+        out.write_all(&h).map_err(io_err(&partial))?;
+        Ok(BundleWriter {
+            out,
+            partial,
+            path,
+            n: g.n,
+            written: 0,
+            sections: header.sections,
+            bytes: h.len() as u64,
+        })
+    }
+
+    fn section(&mut self, kind: u8, node: u32, body: &[u8]) -> Result<(), BundleError> {
+        let mut head = [0u8; 13];
+        head[0] = kind;
+        head[1..5].copy_from_slice(&node.to_le_bytes());
+        head[5..13].copy_from_slice(&(body.len() as u64).to_le_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&head);
+        crc.update(body);
+        let e = io_err(&self.partial);
+        self.out.write_all(&head).map_err(&e)?;
+        self.out.write_all(body).map_err(&e)?;
+        self.out.write_all(&crc.finalize().to_le_bytes()).map_err(&e)?;
+        self.written += 1;
+        self.bytes += 17 + body.len() as u64;
+        Ok(())
+    }
+
+    /// Bytes written so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Close the bundle: end marker, flush to disk, then the final name.
+    ///
+    /// # Errors
+    /// [`BundleError::Io`], or [`BundleError::Corrupted`] if sections are missing.
+    pub fn finish(mut self) -> Result<PathBuf, BundleError> {
+        if self.written != self.sections {
+            return Err(BundleError::Corrupted {
+                path: self.partial.display().to_string(),
+                what: format!("{} of {} sections written", self.written, self.sections),
+            });
+        }
+        let e = io_err(&self.partial);
+        self.out.write_all(END).map_err(&e)?;
+        let f = self.out.into_inner().map_err(|x| e(x.into_error()))?;
+        f.sync_all().map_err(&e)?;
+        std::fs::rename(&self.partial, &self.path).map_err(&e)?;
+        sync_dir(self.path.parent().unwrap_or(Path::new(".")));
+        Ok(self.path)
+    }
+}
+
+fn sync_dir(dir: &Path) {
+    // Makes a rename or a new file durable on POSIX file systems; best effort elsewhere.
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+fn to_engine(e: BundleError) -> EngineError {
+    EngineError::Online(e.into())
+}
+
+impl KeySink for BundleWriter {
+    fn input_mask(&mut self, share: Vec<u64>) -> Result<(), EngineError> {
+        let body = encode_mask(&share, self.n);
+        self.section(KIND_INPUT, 0, &body).map_err(to_engine)
+    }
+
+    fn gate_key(
+        &mut self,
+        node: usize,
+        gate: &dyn DynGate,
+        key: Box<dyn Any + Send>,
+    ) -> Result<(), EngineError> {
+        let body = gate.encode(key.as_ref());
+        self.section(KIND_GATE, node as u32, &body).map_err(to_engine)
+    }
+
+    fn output_mask(&mut self, share: Vec<u64>) -> Result<(), EngineError> {
+        let body = encode_mask(&share, self.n);
+        self.section(KIND_OUTPUT, 0, &body).map_err(to_engine)
+    }
+}
+
+/// Reads one party's bundle section by section as the online phase asks for keys.
+pub struct BundleReader {
+    input: BufReader<File>,
+    path: PathBuf,
+    header: BundleHeader,
+    n: u32,
+    read: u32,
+}
+
+impl fmt::Debug for BundleReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BundleReader")
+            .field("path", &self.path)
+            .field("id", &self.header.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Read and check the header of the bundle at `path`.
+///
+/// # Errors
+/// [`BundleError`] for a missing, foreign, damaged or other-version file.
+pub fn read_header(path: &Path) -> Result<BundleHeader, BundleError> {
+    let f = File::open(path).map_err(io_err(path))?;
+    let mut r = BufReader::new(f);
+    header_from(&mut r, path)
+}
+
+fn corrupted(path: &Path, what: impl Into<String>) -> BundleError {
+    BundleError::Corrupted { path: path.display().to_string(), what: what.into() }
+}
+
+fn read_exact(r: &mut impl Read, buf: &mut [u8], path: &Path, what: &str) -> Result<(), BundleError> {
+    r.read_exact(buf).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => corrupted(path, format!("truncated in {what}")),
+        _ => io_err(path)(e),
+    })
+}
+
+fn header_from(r: &mut impl Read, path: &Path) -> Result<BundleHeader, BundleError> {
+    let mut fixed = [0u8; 8 + 2 + 2 + 16 + 4 + 32 + 2];
+    read_exact(r, &mut fixed, path, "the header")?;
+    if &fixed[..8] != MAGIC {
+        return Err(corrupted(path, "not a fusefss key bundle (bad magic)"));
+    }
+    let version = u16::from_le_bytes([fixed[8], fixed[9]]);
+    if version != VERSION {
+        return Err(BundleError::Version { path: path.display().to_string(), found: version });
+    }
+    let party = match fixed[10] {
+        0 => Party::P0,
+        1 => Party::P1,
+        p => return Err(corrupted(path, format!("party {p}"))),
+    };
+    let mut run = [0u8; 16];
+    run.copy_from_slice(&fixed[12..28]);
+    let index = u32::from_le_bytes(fixed[28..32].try_into().expect("4 bytes"));
+    let mut fp = [0u8; 32];
+    fp.copy_from_slice(&fixed[32..64]);
+    let dlen = u16::from_le_bytes([fixed[64], fixed[65]]) as usize;
+    let mut rest = vec![0u8; dlen + 8];
+    read_exact(r, &mut rest, path, "the header")?;
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&fixed);
+    crc.update(&rest[..dlen + 4]);
+    let stored = u32::from_le_bytes(rest[dlen + 4..].try_into().expect("4 bytes"));
+    if crc.finalize() != stored {
+        return Err(corrupted(path, "header checksum mismatch"));
+    }
+    let descriptor =
+        String::from_utf8(rest[..dlen].to_vec()).map_err(|_| corrupted(path, "descriptor is not UTF-8"))?;
+    let sections = u32::from_le_bytes(rest[dlen..dlen + 4].try_into().expect("4 bytes"));
+    Ok(BundleHeader { party, id: BundleId { run, index }, fingerprint: fp, descriptor, sections })
+}
+
+impl BundleReader {
+    /// Open a bundle for the online phase of `g` with `imp`, as `party`.
+    ///
+    /// # Errors
+    /// [`BundleError`] if the file is unreadable or damaged, or holds keys for another
+    /// party or program.
+    pub fn open(path: &Path, g: &Graph, imp: Impl, party: Party) -> Result<BundleReader, BundleError> {
+        let f = File::open(path).map_err(io_err(path))?;
+        let mut input = BufReader::with_capacity(1 << 20, f);
+        let header = header_from(&mut input, path)?;
+        let mismatch = |what: String| BundleError::Mismatch { path: path.display().to_string(), what };
+        if header.party != party {
+            return Err(mismatch(format!(
+                "holds the keys of party {}, not {}",
+                header.party.bit(),
+                party.bit()
+            )));
+        }
+        if header.fingerprint != fingerprint(g, imp) {
+            return Err(mismatch(format!(
+                "was dealt for another model or shape ({}) than this program",
+                header.descriptor
+            )));
+        }
+        if header.sections as usize != 2 + g.gates() {
+            return Err(corrupted(
+                path,
+                format!("{} sections for a program of {} gates", header.sections, g.gates()),
+            ));
+        }
+        Ok(BundleReader { input, path: path.to_path_buf(), header, n: g.n, read: 0 })
+    }
+
+    /// The bundle's header.
+    pub fn header(&self) -> &BundleHeader {
+        &self.header
+    }
+
+    fn section(&mut self, kind: u8, node: u32) -> Result<Vec<u8>, BundleError> {
+        let path = self.path.clone();
+        let mut head = [0u8; 13];
+        read_exact(&mut self.input, &mut head, &path, "a section header")?;
+        let len = u64::from_le_bytes(head[5..13].try_into().expect("8 bytes"));
+        let (k, nd) = (head[0], u32::from_le_bytes(head[1..5].try_into().expect("4 bytes")));
+        if k != kind || nd != node || len > MAX_SECTION {
+            return Err(corrupted(
+                &path,
+                format!("expected section ({kind}, node {node}), found ({k}, node {nd}, {len} bytes)"),
+            ));
+        }
+        // Read in pieces so that a damaged length cannot allocate more than the file holds.
+        let mut body = Vec::new();
+        let got = (&mut self.input).take(len).read_to_end(&mut body).map_err(io_err(&path))?;
+        if got as u64 != len {
+            return Err(corrupted(&path, format!("truncated in the section of node {node}")));
+        }
+        let mut crc_bytes = [0u8; 4];
+        read_exact(&mut self.input, &mut crc_bytes, &path, "a section checksum")?;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&head);
+        crc.update(&body);
+        if crc.finalize() != u32::from_le_bytes(crc_bytes) {
+            return Err(corrupted(&path, format!("checksum mismatch in the section of node {node}")));
+        }
+        self.read += 1;
+        Ok(body)
+    }
+
+    fn mask(&mut self, kind: u8) -> Result<Vec<u64>, BundleError> {
+        let body = self.section(kind, 0)?;
+        let path = self.path.clone();
+        let bad = |_| corrupted(&path, "malformed mask section");
+        if body.len() < 8 {
+            return Err(corrupted(&path, "malformed mask section"));
+        }
+        let count = u64::from_le_bytes(body[..8].try_into().expect("8 bytes"));
+        let mut r = BitReader::new(&body[8..]);
+        if r.remaining_bits() / u64::from(self.n.max(1)) < count {
+            return Err(corrupted(&path, "malformed mask section"));
+        }
+        let v = (0..count).map(|_| r.get(self.n)).collect::<Result<Vec<u64>, _>>().map_err(bad)?;
+        r.finish().map_err(bad)?;
+        Ok(v)
+    }
+}
+
+impl KeySource for BundleReader {
+    fn party(&self) -> Party {
+        self.header.party
+    }
+
+    fn input_mask(&mut self) -> Result<Vec<u64>, GateError> {
+        Ok(self.mask(KIND_INPUT)?)
+    }
+
+    fn gate_key(&mut self, node: usize, gate: &dyn DynGate) -> Result<Box<dyn Any + Send>, GateError> {
+        let body = self.section(KIND_GATE, node as u32)?;
+        gate.decode(self.header.party, &body).map_err(|source| {
+            GateError::from(BundleError::Decode { path: self.path.display().to_string(), node, source })
+        })
+    }
+
+    fn output_mask(&mut self) -> Result<Vec<u64>, GateError> {
+        let m = self.mask(KIND_OUTPUT)?;
+        let mut end = [0u8; 8];
+        read_exact(&mut self.input, &mut end, &self.path, "the end marker")?;
+        let mut extra = [0u8; 1];
+        let trailing = self.input.read(&mut extra).map_err(io_err(&self.path))?;
+        if &end != END || trailing != 0 || self.read != self.header.sections {
+            return Err(corrupted(&self.path, "bad end of bundle").into());
+        }
+        Ok(m)
+    }
+}
+
+/// A server's folder of bundles and its durable record of the ones used.
+///
+/// A bundle is marked used ([`Store::consume`], an fsync'd line in `consumed.log`) before
+/// any message that depends on it leaves the server, and is deleted when its query ends. A
+/// bundle listed as used is refused forever, also after a crash or a restart, and also if
+/// its file comes back (say, from a backup).
+#[derive(Debug)]
+pub struct Store {
+    dir: PathBuf,
+    consumed: HashSet<BundleId>,
+}
+
+/// What [`Store::scan`] found.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// Usable bundles, by id.
+    pub ready: Vec<(PathBuf, BundleHeader)>,
+    /// Bundles already used (their files are deleted).
+    pub spent: Vec<BundleId>,
+    /// Files that are not usable bundles, with the reason.
+    pub bad: Vec<(PathBuf, String)>,
+}
+
+impl Store {
+    /// Open the key store in `dir`.
+    ///
+    /// # Errors
+    /// [`BundleError::Io`] if the folder or its ledger cannot be read.
+    pub fn open(dir: &Path) -> Result<Store, BundleError> {
+        if !dir.is_dir() {
+            return Err(BundleError::Io {
+                path: dir.display().to_string(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such folder"),
+            });
+        }
+        let ledger = dir.join(LEDGER);
+        let mut consumed = HashSet::new();
+        match std::fs::read_to_string(&ledger) {
+            Ok(text) => {
+                for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                    // A torn last line (crash while appending) still names a used bundle
+                    // if it parses; otherwise it never reached disk in full and the
+                    // bundle's messages never left.
+                    if let Ok(id) = line.trim().parse() {
+                        consumed.insert(id);
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&ledger)(e)),
+        }
+        Ok(Store { dir: dir.to_path_buf(), consumed })
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Every bundle file in the folder: usable ones sorted by id; used ones are deleted and
+    /// reported; damaged ones reported.
+    ///
+    /// # Errors
+    /// [`BundleError::Io`] if the folder cannot be listed.
+    pub fn scan(&self) -> Result<Scan, BundleError> {
+        let mut s = Scan::default();
+        for entry in std::fs::read_dir(&self.dir).map_err(io_err(&self.dir))? {
+            let p = entry.map_err(io_err(&self.dir))?.path();
+            if p.extension().and_then(|e| e.to_str()) != Some(EXTENSION) {
+                continue;
+            }
+            match read_header(&p) {
+                Ok(h) if self.consumed.contains(&h.id) => {
+                    let _ = std::fs::remove_file(&p);
+                    s.spent.push(h.id);
+                }
+                Ok(h) => s.ready.push((p, h)),
+                Err(e) => s.bad.push((p, e.to_string())),
+            }
+        }
+        s.ready.sort_by_key(|(_, h)| h.id);
+        Ok(s)
+    }
+
+    /// Whether `id` was used.
+    pub fn is_consumed(&self, id: &BundleId) -> bool {
+        self.consumed.contains(id)
+    }
+
+    /// Record durably that `id` is used; call before any message that depends on it leaves.
+    ///
+    /// # Errors
+    /// [`BundleError::AlreadyUsed`] if it was used, [`BundleError::Io`] if the record cannot
+    /// be made durable (then the bundle must not be used).
+    pub fn consume(&mut self, id: BundleId) -> Result<(), BundleError> {
+        if self.consumed.contains(&id) {
+            return Err(BundleError::AlreadyUsed(id));
+        }
+        let ledger = self.dir.join(LEDGER);
+        let new = !ledger.exists();
+        let mut f = OpenOptions::new().append(true).create(true).open(&ledger).map_err(io_err(&ledger))?;
+        f.write_all(format!("{id}\n").as_bytes()).map_err(io_err(&ledger))?;
+        f.sync_all().map_err(io_err(&ledger))?;
+        if new {
+            sync_dir(&self.dir);
+        }
+        self.consumed.insert(id);
+        Ok(())
+    }
+
+    /// Delete a used bundle's file.
+    pub fn discard(&self, id: &BundleId) {
+        let _ = std::fs::remove_file(self.dir.join(id.file_name()));
+    }
+
+    /// The path a bundle with `id` has in this store.
+    pub fn path_of(&self, id: &BundleId) -> PathBuf {
+        self.dir.join(id.file_name())
+    }
+}
