@@ -207,6 +207,100 @@ pub struct Outcome {
     pub online: Duration,
 }
 
+/// How the two servers of one process talk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TransportChoice {
+    /// An in-memory channel.
+    Mem,
+    /// TCP over loopback.
+    Tcp,
+    /// TLS (pinned certificates) over loopback TCP.
+    Tls,
+}
+
+impl TransportChoice {
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportChoice::Mem => "mem",
+            TransportChoice::Tcp => "tcp",
+            TransportChoice::Tls => "tls",
+        }
+    }
+}
+
+/// The link between the servers: transport and simulated network.
+#[derive(Clone, Copy, Debug)]
+pub struct Link {
+    pub transport: TransportChoice,
+    pub net: Option<net::NetSim>,
+}
+
+impl Default for Link {
+    fn default() -> Link {
+        Link { transport: TransportChoice::Mem, net: None }
+    }
+}
+
+/// Both ends of a fresh link between the two servers.
+fn connect(link: Link) -> anyhow::Result<[Box<dyn net::Transport>; 2]> {
+    use std::net::{TcpListener, TcpStream};
+    Ok(match link.transport {
+        TransportChoice::Mem => {
+            let (a, b) = net::MemTransport::pair(link.net);
+            [Box::new(a), Box::new(b)]
+        }
+        TransportChoice::Tcp => {
+            let l = TcpListener::bind("127.0.0.1:0")?;
+            let a = TcpStream::connect(l.local_addr()?)?;
+            let (b, _) = l.accept()?;
+            [Box::new(net::Conn::plain(a, link.net)?), Box::new(net::Conn::plain(b, link.net)?)]
+        }
+        TransportChoice::Tls => {
+            use net::tls::{self, Role};
+            let dir = std::env::temp_dir().join(format!("fusefss-bench-tls-{}", std::process::id()));
+            tls::generate(&dir)?;
+            let (s0, s1) =
+                (tls::load_identity(&dir, Role::Server0)?, tls::load_identity(&dir, Role::Server1)?);
+            let _ = std::fs::remove_dir_all(&dir);
+            let server = tls::server_config(&s1, vec![s0.cert.clone()])?;
+            let client = tls::client_config(&s0, s1.cert.clone())?;
+            let l = TcpListener::bind("127.0.0.1:0")?;
+            let a = TcpStream::connect(l.local_addr()?)?;
+            let (b, _) = l.accept()?;
+            let t = Some(Duration::from_secs(30));
+            let h =
+                std::thread::spawn(move || net::Conn::tls(b, tls::server_connection(server)?, t, link.net));
+            let c0 = net::Conn::tls(a, tls::client_connection(client)?, t, link.net)?;
+            let c1 = h.join().map_err(|_| anyhow::anyhow!("TLS handshake thread panicked"))??;
+            [Box::new(c0), Box::new(c1)]
+        }
+    })
+}
+
+/// Both servers' online phases on two threads over `link`.
+pub fn run_linked(
+    g: &Graph,
+    gates: &[Option<Box<dyn engine::DynGate>>],
+    keys: [engine::PartyKeys; 2],
+    inputs: [Vec<u64>; 2],
+    link: Link,
+) -> anyhow::Result<[PartyRun; 2]> {
+    let [mut t0, mut t1] = connect(link)?;
+    let [mut k0, mut k1] = keys;
+    let [x0, x1] = inputs;
+    let exchange = |t: &mut Box<dyn net::Transport>, m: Vec<u8>| {
+        t.exchange(&m).map_err(|e| gates::GateError::Transport(e.to_string()))
+    };
+    let (r0, r1) = std::thread::scope(|s| {
+        let h0 = s.spawn(|| engine::run_party(g, gates, &mut k0, &x0, |m| exchange(&mut t0, m)));
+        let h1 = s.spawn(|| engine::run_party(g, gates, &mut k1, &x1, |m| exchange(&mut t1, m)));
+        (h0.join(), h1.join())
+    });
+    let r0 = r0.map_err(|_| anyhow::anyhow!("server 0 panicked"))??;
+    let r1 = r1.map_err(|_| anyhow::anyhow!("server 1 panicked"))??;
+    Ok([r0, r1])
+}
+
 /// Deal keys, run both servers on two threads, reconstruct, and compute the references.
 pub fn run(
     g: &Graph,
@@ -216,12 +310,25 @@ pub fn run(
     rng: &mut DealerRng,
     progress: impl FnMut(usize, usize),
 ) -> anyhow::Result<Outcome> {
+    run_over(g, x, float_out, imp, rng, progress, Link::default())
+}
+
+/// As [`run`], over the given link.
+pub fn run_over(
+    g: &Graph,
+    x: &[u64],
+    float_out: &[f64],
+    imp: Impl,
+    rng: &mut DealerRng,
+    progress: impl FnMut(usize, usize),
+    link: Link,
+) -> anyhow::Result<Outcome> {
     let gates = engine::build(g, imp)?;
     let (k0, k1, deal) = engine::deal(g, &gates, rng, progress)?;
     let plain = engine::plain(g, &gates, x);
     let (x0, x1) = engine::share_input(x, g.n, rng);
     let t = Instant::now();
-    let runs = engine::run_threads(g, &gates, [k0, k1], [x0, x1])?;
+    let runs = run_linked(g, &gates, [k0, k1], [x0, x1], link)?;
     let online = t.elapsed();
     let secure = engine::reconstruct(&runs[0].output, &runs[1].output, g.n);
     Ok(Outcome { secure, plain, float: float_out.to_vec(), deal, runs, online })
@@ -265,12 +372,23 @@ pub struct ModelRow {
     pub cosine_vs_float: f64,
     /// Computation time of the slower server by layer type, ms.
     pub time_by_layer_ms: std::collections::BTreeMap<&'static str, f64>,
+    /// How the servers talked: `mem`, `tcp` or `tls`.
+    pub transport: &'static str,
+    /// Simulated network: `none`, `lan` or `wan`.
+    pub net: &'static str,
     /// One party's key bytes by layer type.
     pub key_bytes_by_layer: std::collections::BTreeMap<&'static str, u64>,
 }
 
 impl ModelRow {
-    pub fn new(model: ModelName, imp: Impl, g: &Graph, layers: usize, o: &Outcome) -> ModelRow {
+    pub fn new(
+        model: ModelName,
+        imp: Impl,
+        g: &Graph,
+        layers: usize,
+        o: &Outcome,
+        link: (&'static str, &'static str),
+    ) -> ModelRow {
         let mut time = std::collections::BTreeMap::new();
         for run in &o.runs {
             for (l, d) in &run.times {
@@ -294,6 +412,8 @@ impl ModelRow {
             max_abs_err_vs_float: o.max_abs_err(g),
             cosine_vs_float: o.cosine(g),
             time_by_layer_ms: time,
+            transport: link.0,
+            net: link.1,
             key_bytes_by_layer: o.deal.by_label.iter().map(|(l, b)| (*l, b.div_ceil(8))).collect(),
         }
     }

@@ -2,7 +2,36 @@
 
 use clap::Args;
 
-use crate::model::{ImplChoice, ModelName, ModelRow, load, run};
+use crate::model::{ImplChoice, Link, ModelName, ModelRow, TransportChoice, load, run_over};
+
+/// A simulated network between the servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum NetChoice {
+    /// None: the transport as it is.
+    None,
+    /// 0.5 ms per message, 1 GB/s (the paper's LAN).
+    Lan,
+    /// 4 ms per message, 400 MB/s (the paper's WAN).
+    Wan,
+}
+
+impl NetChoice {
+    fn name(self) -> &'static str {
+        match self {
+            NetChoice::None => "none",
+            NetChoice::Lan => "lan",
+            NetChoice::Wan => "wan",
+        }
+    }
+
+    fn sim(self) -> Option<net::NetSim> {
+        match self {
+            NetChoice::None => None,
+            NetChoice::Lan => Some(net::NetSim::LAN),
+            NetChoice::Wan => Some(net::NetSim::WAN),
+        }
+    }
+}
 
 /// Arguments of `fusefss bench model`.
 #[derive(Args)]
@@ -19,6 +48,12 @@ pub struct ModelBenchArgs {
     /// Implementation of the nonlinear layers.
     #[arg(long = "impl", value_enum, default_value = "fusefss")]
     implementation: ImplChoice,
+    /// How the two servers talk: an in-memory channel, loopback TCP, or loopback TLS.
+    #[arg(long, value_enum, default_value = "mem")]
+    transport: TransportChoice,
+    /// Simulated network on the server link (latency per message and bandwidth).
+    #[arg(long, value_enum, default_value = "none")]
+    net: NetChoice,
     /// Print one JSON object per line.
     #[arg(long)]
     json: bool,
@@ -30,18 +65,21 @@ pub fn run_bench(a: ModelBenchArgs) -> anyhow::Result<()> {
     let (g, x, float_out) = loaded.prepare(&ids)?;
     let mut rng = fss::rng::os_rng()?;
     for imp in a.implementation.impls() {
-        let o = run(&g, &x, &float_out, imp, &mut rng, |_, _| {})?;
-        let row = ModelRow::new(a.model, imp, &g, loaded.layers(), &o);
+        let link = Link { transport: a.transport, net: a.net.sim() };
+        let o = run_over(&g, &x, &float_out, imp, &mut rng, |_, _| {}, link)?;
+        let row = ModelRow::new(a.model, imp, &g, loaded.layers(), &o, (a.transport.name(), a.net.name()));
         if a.json {
             println!("{}", serde_json::to_string(&row)?);
         } else {
             println!(
-                "{} {} seq {} layers {}: online {:.0} ms, keygen {:.0} ms, key {:.1} MB, comm {:.1} MB, {} rounds, \
+                "{} {} seq {} layers {} ({}, net {}): online {:.0} ms, keygen {:.0} ms, key {:.1} MB, comm {:.1} MB, {} rounds, \
                  exact {}, max |err| vs f64 {:.2e}, cosine {:.6}",
                 row.model,
                 row.implementation,
                 row.seq,
                 row.layers,
+                row.transport,
+                row.net,
                 row.online_ms,
                 row.keygen_ms,
                 row.key_bytes as f64 / 1e6,
