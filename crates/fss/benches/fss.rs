@@ -14,7 +14,7 @@ use fss::ring::mask;
 use fss::rng::{DealerRng, Rng, SeedableRng};
 use fss::{AddShare, prg};
 
-const BATCH: usize = 8192;
+const BATCH: usize = 1024;
 
 fn points(r: &mut DealerRng, count: usize, bits: u32) -> Vec<u64> {
     (0..count).map(|_| r.next_u64() & mask(bits)).collect()

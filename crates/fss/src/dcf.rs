@@ -4,11 +4,14 @@
 //! `β ∈ Z_{2^ℓ}^K`. The two keys' evaluations are additive shares of `f(x)` mod `2^ℓ`,
 //! word by word. For `≤` deal at `α + 1`.
 //!
-//! Value words: at every level the child `c` of seed `s` yields `B = ⌈K / ⌊128/ℓ⌋⌉` blocks
-//! `H_{2+c}(s ⊕ j)`, `j < B`, each holding `⌊128/ℓ⌋` words of `ℓ` bits from the least
-//! significant end. With `K = 1` this is the `Value(s, c)` of §2.2, so the scalar DCF matches
-//! the published known answers. The leaf conversion is the low `ℓ` bits of the seed for
-//! `K = 1`, and the blocks `H_2(s ⊕ j)` otherwise (no leaf seed is ever hashed elsewhere).
+//! Value words: with `K = 1`, the child `c` of seed `s` yields `H_{2+c}(s)`, the `Value(s, c)`
+//! of §2.2, so the scalar DCF matches the published known answers. With `K > 1` it yields
+//! `B = ⌈K / ⌊128/ℓ⌋⌉` blocks `H_2(s ⊕ (c·B + j))`, `j < B` (§2.2 leaves vector payloads
+//! free), each holding `⌊128/ℓ⌋` words of `ℓ` bits from the least significant end: one AES
+//! key for both directions, so an evaluation hashes only the direction it takes (the
+//! encoding marks this construction as variant 1). The leaf conversion is the low `ℓ` bits
+//! of the seed for `K = 1`, and the blocks `H_2(s ⊕ j)` of the leaf seeds otherwise (leaf
+//! seeds are hashed nowhere else).
 //!
 //! Key: `λ + n(λ + Kℓ + 2) + Kℓ` bits. Eval: `n(1 + B)` AES (plus `B` for `K > 1`).
 
@@ -70,6 +73,12 @@ impl DcfParams {
 
     fn words_per_block(self) -> usize {
         (128 / self.out_bits) as usize
+    }
+
+    /// The encoding's variant byte: the value-hash construction (0: `K = 1`, 1: the tweaked
+    /// blocks of `K > 1`; keys of an earlier vector construction are refused).
+    fn variant(self) -> u8 {
+        u8::from(self.payload_words > 1)
     }
 
     /// `B`: value blocks per tree node.
@@ -172,13 +181,19 @@ pub fn keygen_with_roots(
     let mut words = [[vec![0u64; kw], vec![0u64; kw]], [vec![0u64; kw], vec![0u64; kw]]];
     for i in 0..n {
         trees.expand(prg);
-        for (lane, &s) in trees.seeds.iter().enumerate() {
-            for j in 0..nb {
-                vin[lane * nb + j] = s ^ j as u128;
+        if kw == 1 {
+            prg.hash_many(HashKey::ValueLeft, &trees.seeds, &mut vals[0]);
+            prg.hash_many(HashKey::ValueRight, &trees.seeds, &mut vals[1]);
+        } else {
+            for (c, v) in vals.iter_mut().enumerate() {
+                for (lane, &s) in trees.seeds.iter().enumerate() {
+                    for j in 0..nb {
+                        vin[lane * nb + j] = s ^ value_tweak(c, j, nb) as u128;
+                    }
+                }
+                prg.hash_many(HashKey::ValueLeft, &vin, v);
             }
         }
-        prg.hash_many(HashKey::ValueLeft, &vin, &mut vals[0]);
-        prg.hash_many(HashKey::ValueRight, &vin, &mut vals[1]);
         for k in 0..m {
             let a = path_bit(alphas[k], n, i) as usize;
             let (keep, lose) = (a, 1 - a);
@@ -215,6 +230,14 @@ pub fn keygen_with_roots(
     let (t0, t1) = trees.split_keys();
     let key = |party, tree| DcfKeys { params, party, tree, vcw: vcw.clone(), fcw: fcw.clone() };
     Ok((key(Party::P0, t0), key(Party::P1, t1)))
+}
+
+/// The tweak of value block `j` of child `c` for `K > 1`: the blocks are
+/// `H_2(s ⊕ (c·B + j))`, one AES key for both directions, so that the walk hashes only the
+/// direction it takes.
+#[inline(always)]
+fn value_tweak(c: usize, j: usize, nb: usize) -> u64 {
+    (c * nb + j) as u64
 }
 
 /// `acc[k] += words[k] + (vcw[key(k)] & t[k])` over a chunk (vectorises).
@@ -366,6 +389,8 @@ impl DcfKeys {
         let mut w = Walk::new(m, |k| self.tree.roots[key(k)], self.party.bit());
         let mut enc = w.buffers();
         let mut venc = w.buffers();
+        // Lanes that evaluate consecutive keys read their correction words as slices.
+        let first = (m > 0 && (0..m).all(|k| key(k) == key(0) + k)).then(|| key(0));
         for i in 0..n {
             let shift = n - 1 - i;
             w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
@@ -374,10 +399,16 @@ impl DcfKeys {
             // Two simple loops vectorise where one fused loop does not.
             let (lo, hi, tm) = w.view(m);
             let (v0, v1, acc) = (&venc[0][..m], &venc[1][..m], &mut acc[..m]);
-            for k in 0..m {
-                let sel = ((points[k] >> shift) & 1).wrapping_neg();
-                let v = walk::select_hash(&v0[k], &v1[k], sel, lo[k], hi[k]).0;
-                acc[k] = acc[k].wrapping_add(v).wrapping_add(vcw[key(k)] & tm[k]);
+            let add = |acc: &mut [u64], vcw: &[u64], key: &dyn Fn(usize) -> usize| {
+                for k in 0..m {
+                    let sel = ((points[k] >> shift) & 1).wrapping_neg();
+                    let v = walk::select_hash(&v0[k], &v1[k], sel, lo[k], hi[k]).0;
+                    acc[k] = acc[k].wrapping_add(v).wrapping_add(vcw[key(k)] & tm[k]);
+                }
+            };
+            match first {
+                Some(f) => add(acc, &vcw[f..f + m], &|k| k),
+                None => add(acc, vcw, &key),
             }
             w.descend_all::<false>(&enc, &self.tree, i, &key, points, shift);
         }
@@ -387,8 +418,9 @@ impl DcfKeys {
         (0..m).map(|k| w.seed(k)).collect()
     }
 
-    /// The walk for `K > 1` payload words: `B` value blocks `H_{2+c}(s ⊕ j)` per node, from
-    /// the inputs `σ(s ⊕ j) = σ(s) ⊕ σ(j)`. `acc` is word-major: `acc[j·m + k]`.
+    /// The walk for `K > 1` payload words: the `B` value blocks `H_2(s ⊕ (c·B + j))` of the
+    /// direction `c` taken, from the inputs `σ(s ⊕ τ) = σ(s) ⊕ σ(τ)`. `acc` is word-major:
+    /// `acc[j·m + k]`.
     #[inline(never)]
     fn walk_vector(
         &self,
@@ -407,41 +439,56 @@ impl DcfKeys {
         let mut enc = w.buffers();
         // Value inputs block-major: block b of lane k at b·mp + k.
         let mut vsig = vec![AesBlock::default(); nb * mp];
-        let mut venc = [vec![AesBlock::default(); nb * mp], vec![AesBlock::default(); nb * mp]];
+        let mut venc = vec![AesBlock::default(); nb * mp];
         let (mut vl, mut vh) = (vec![0u64; m], vec![0u64; m]);
+        // Lanes that evaluate consecutive keys read their correction words as slices.
+        let first = (m > 0 && (0..m).all(|k| key(k) == key(0) + k)).then(|| key(0));
+        let mut gathered = Vec::with_capacity(m);
         for i in 0..n {
             let shift = n - 1 - i;
             w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
             let (lo, hi, tm) = w.view(m);
+            // Only the direction taken is hashed: σ(s ⊕ τ) = σ(s) ⊕ (τ << 64) for the tweak
+            // τ = value_tweak(c, b, B) = c·B + b.
+            let pts = &points[..m];
             for b in 0..nb {
                 let row = &mut vsig[b * mp..b * mp + m];
                 for k in 0..m {
-                    row[k] = walk::block(hi[k], hi[k] ^ lo[k] ^ b as u64);
+                    let tweak = b as u64 + (((pts[k] >> shift) & 1) * nb as u64);
+                    row[k] = walk::block(hi[k], hi[k] ^ lo[k] ^ tweak);
                 }
             }
-            prg.encrypt(HashKey::ValueLeft, &vsig, &mut venc[0]);
-            prg.encrypt(HashKey::ValueRight, &vsig, &mut venc[1]);
+            prg.encrypt(HashKey::ValueLeft, &vsig, &mut venc);
             for b in 0..nb {
-                let (v0, v1) = (&venc[0][b * mp..b * mp + m], &venc[1][b * mp..b * mp + m]);
-                let (vl, vh, pts) = (&mut vl[..m], &mut vh[..m], &points[..m]);
+                let (v, row) = (&venc[b * mp..b * mp + m], &vsig[b * mp..b * mp + m]);
+                let (vl, vh) = (&mut vl[..m], &mut vh[..m]);
                 for k in 0..m {
-                    let sel = ((pts[k] >> shift) & 1).wrapping_neg();
-                    (vl[k], vh[k]) = walk::select_hash(&v0[k], &v1[k], sel, lo[k] ^ b as u64, hi[k]);
+                    let (el, eh) = walk::halves(&v[k]);
+                    let (sl, sh) = walk::halves(&row[k]);
+                    (vl[k], vh[k]) = (el ^ sl, eh ^ sh);
                 }
                 for j in b * wpb..((b + 1) * wpb).min(kw) {
                     let sh = (j - b * wpb) as u32 * ell;
                     let row = (i as usize * kw + j) * len;
-                    let vcw = &self.vcw[row..row + len];
+                    // The chunk's correction words as one slice (no per-lane index checks).
+                    let vcw = match first {
+                        Some(f) => &self.vcw[row + f..row + f + m],
+                        None => {
+                            gathered.clear();
+                            gathered.extend((0..m).map(|k| self.vcw[row + key(k)]));
+                            &gathered[..]
+                        }
+                    };
                     let accj = &mut acc[j * m..(j + 1) * m];
                     // One loop per shift class, each simple enough to vectorise.
                     let add = |accj: &mut [u64], word: &dyn Fn(usize) -> u64| {
                         for k in 0..m {
-                            accj[k] = accj[k].wrapping_add(word(k)).wrapping_add(vcw[key(k)] & tm[k]);
+                            accj[k] = accj[k].wrapping_add(word(k)).wrapping_add(vcw[k] & tm[k]);
                         }
                     };
                     match sh {
-                        0 => add_words(accj, vl, vcw, tm, &key),
-                        64 => add_words(accj, vh, vcw, tm, &key),
+                        0 => add_words(accj, vl, vcw, tm, |k| k),
+                        64 => add_words(accj, vh, vcw, tm, |k| k),
                         1..64 => add(accj, &|k| (vl[k] >> sh) | (vh[k] << (64 - sh))),
                         _ => add(accj, &|k| vh[k] >> (sh - 64)),
                     }
@@ -498,7 +545,7 @@ impl DcfKeys {
             domain_bits: self.params.domain_bits as u8,
             out_bits: self.params.out_bits as u8,
             payload_words: self.params.payload_words as u16,
-            variant: 0,
+            variant: self.params.variant(),
             count: u32::try_from(self.len()).expect("at most u32::MAX keys per encoding"),
         };
         codec::seal(header, |w| self.write_material(w))
@@ -512,8 +559,8 @@ impl DcfKeys {
         let (h, material) = codec::open(bytes, KeyKind::Dcf)?;
         let params = DcfParams::new(h.domain_bits as u32, h.out_bits as u32, h.payload_words as u32)
             .map_err(|_| DecodeError::InvalidField("DCF shape"))?;
-        if h.variant != 0 {
-            return Err(DecodeError::InvalidField("DCF variant must be 0"));
+        if h.variant != params.variant() {
+            return Err(DecodeError::InvalidField("DCF variant: 0 for one payload word, 1 for more"));
         }
         let count = h.count as usize;
         codec::expect_material_len(material, count as u64 * params.key_bits())?;

@@ -124,6 +124,29 @@ impl Walk {
         let m = points.len();
         let (sl, sh) = tree.scw_level(i);
         let (tl, tr) = (&tree.tcw_left[..], &tree.tcw_right[..]);
+        // Consecutive keys (always, for an offset map: the test folds away) read their
+        // correction words as slices, without per-lane index checks.
+        if m > 0 && (0..m).all(|k| key(k) == key(0) + k) {
+            let f = key(0);
+            let cw = (&sl[f..f + m], &sh[f..f + m], &tl[f..f + m], &tr[f..f + m]);
+            self.descend_with::<PARITY>(enc, cw, i, |k| k, points, shift);
+        } else {
+            self.descend_with::<PARITY>(enc, (sl, sh, tl, tr), i, key, points, shift);
+        }
+    }
+
+    /// [`Walk::descend_all`] with the level's seed and control correction words given.
+    #[inline(always)]
+    fn descend_with<const PARITY: bool>(
+        &mut self,
+        enc: &[Vec<AesBlock>; 2],
+        (sl, sh, tl, tr): (&[u64], &[u64], &[u64], &[u64]),
+        i: u32,
+        key: impl Fn(usize) -> usize,
+        points: &[u64],
+        shift: u32,
+    ) {
+        let m = points.len();
         let (e0, e1) = (&enc[0][..m], &enc[1][..m]);
         let (lo, hi, t) = (&mut self.lo[..m], &mut self.hi[..m], &mut self.t[..m]);
         let (acc, prev, sig) = (&mut self.acc[..m], &mut self.prev[..m], &mut self.sig[..m]);

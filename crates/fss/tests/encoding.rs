@@ -162,3 +162,29 @@ proptest! {
         let _ = DcfKeys::decode(&b);
     }
 }
+
+/// Vector DCF keys carry their value-hash construction as variant 1; a key that claims
+/// another construction is refused instead of silently evaluating to wrong shares.
+#[test]
+fn dcf_variant_names_the_value_construction() {
+    let mut r = rng();
+    let reseal = |mut b: Vec<u8>| {
+        let n = b.len() - 4;
+        let crc = crc(&b[..n]);
+        b[n..].copy_from_slice(&crc.to_le_bytes());
+        b
+    };
+    let (k0, _) = dcf::keygen(DcfParams::new(20, 32, 3).unwrap(), &[5], &[1, 2, 3], &mut r).unwrap();
+    let bytes = k0.encode();
+    assert_eq!(bytes[11], 1);
+    assert_eq!(DcfKeys::decode(&bytes).unwrap(), k0);
+    let mut old = bytes.clone();
+    old[11] = 0;
+    assert!(matches!(DcfKeys::decode(&reseal(old)), Err(DecodeError::InvalidField(_))));
+    let (s0, _) = dcf::keygen(DcfParams::new(20, 32, 1).unwrap(), &[5], &[1], &mut r).unwrap();
+    let scalar = s0.encode();
+    assert_eq!(scalar[11], 0);
+    let mut other = scalar.clone();
+    other[11] = 1;
+    assert!(matches!(DcfKeys::decode(&reseal(other)), Err(DecodeError::InvalidField(_))));
+}
