@@ -509,7 +509,7 @@ impl BitDpfKeys {
             }
         }
         WINDOW_SCRATCH.with_borrow_mut(|ws| {
-            let WindowScratch { blocks, lo, hi, tm, nlo, nhi, ntm, sig, el, er, halves } = ws;
+            let WindowScratch { blocks, lo, hi, tm, nlo, nhi, ntm, ctm, sig, el, er, halves } = ws;
             // Each key's blocks, one after the other.
             let mut block_at = Vec::with_capacity(count + 1);
             block_at.push(0usize);
@@ -529,57 +529,76 @@ impl BitDpfKeys {
             let prg = Prg::global();
             for i in 0..levels {
                 let below = levels - 1 - i;
-                let nodes = lo.len();
+                // The AES inputs σ(s) of every task's nodes, packed; `ctm` their control masks.
+                // A task's nodes move to `n0..n0 + m` of the packed arrays.
                 sig.clear();
-                sig.extend((0..nodes).map(|j| walk::block(hi[j], hi[j] ^ lo[j])));
+                ctm.clear();
+                for t in tasks.iter_mut() {
+                    let r = t.n0..t.n0 + t.m;
+                    let at = sig.len();
+                    sig.extend(
+                        lo[r.clone()].iter().zip(&hi[r.clone()]).map(|(&l, &h)| walk::block(h, h ^ l)),
+                    );
+                    ctm.extend_from_slice(&tm[r]);
+                    t.n0 = at;
+                }
+                let nodes = sig.len();
                 sig.resize(pad(nodes), AesBlock::default());
                 el.resize(sig.len(), AesBlock::default());
                 er.resize(sig.len(), AesBlock::default());
                 prg.encrypt(HashKey::Left, sig, el);
                 prg.encrypt(HashKey::Right, sig, er);
-                let enc = [&*el, &*er];
-                // a = H_c(s) of node j.
-                let hash = |c: usize, j: usize| -> (u64, u64) {
-                    let (el, eh) = walk::halves(&enc[c][j]);
-                    let (sl, sh) = walk::halves(&sig[j]);
-                    (el ^ sl, eh ^ sh)
-                };
+                let (sig, el, er, ctm) = (&sig[..nodes], &el[..nodes], &er[..nodes], &ctm[..nodes]);
                 if below == 0 {
+                    // Children are leaf blocks: keep those in the task's block range.
                     for t in &tasks {
                         let g = k0 + t.key;
-                        for cp in t.lo.max(2 * t.p0)..=t.hi.min(2 * (t.p0 + t.m as u64 - 1) + 1) {
-                            let j = t.n0 + ((cp >> 1) - t.p0) as usize;
-                            let c = (cp & 1) as usize;
-                            let (al, ah) = hash(c, j);
-                            let cw = self.leaf_cw[g][c];
-                            let mask = tm[j] as u128 | (tm[j] as u128) << 64;
-                            blocks[block_at[t.key] + t.at + (cp - t.lo) as usize] =
-                                (al as u128 | (ah as u128) << 64) ^ (cw & mask);
+                        let cw = self.leaf_cw[g];
+                        let (clo, chi) = (t.lo.max(2 * t.p0), t.hi.min(2 * (t.p0 + t.m as u64 - 1) + 1));
+                        let at = block_at[t.key] + t.at + (clo - t.lo) as usize;
+                        let out = &mut blocks[at..at + (chi - clo + 1) as usize];
+                        for (q, o) in out.iter_mut().enumerate() {
+                            let cp = clo + q as u64;
+                            let (j, c) = (t.n0 + ((cp >> 1) - t.p0) as usize, (cp & 1) as usize);
+                            let (sl, sh) = walk::halves(&sig[j]);
+                            let (al, ah) = walk::halves(if c == 0 { &el[j] } else { &er[j] });
+                            let mask = ctm[j] as u128 | (ctm[j] as u128) << 64;
+                            *o = (((al ^ sl) as u128) | ((ah ^ sh) as u128) << 64) ^ (cw[c] & mask);
                         }
                     }
                     break;
                 }
-                nlo.clear();
-                nhi.clear();
-                ntm.clear();
+                // Both children of every packed node, interleaved (node j's at 2j and 2j + 1);
+                // each task then keeps the contiguous range of children its blocks lie under.
+                nlo.resize(2 * nodes, 0);
+                nhi.resize(2 * nodes, 0);
+                ntm.resize(2 * nodes, 0);
                 let (scw_lo, scw_hi) = self.tree.scw_level(i);
                 for t in tasks.iter_mut() {
                     let g = k0 + t.key;
+                    let (cl, ch) = (scw_lo[g], scw_hi[g]);
+                    let tcw = [(self.tree.tcw_left[g] >> i) & 1, (self.tree.tcw_right[g] >> i) & 1];
+                    let r = t.n0..t.n0 + t.m;
+                    let (cr, ncr) = (r.clone(), 2 * r.start..2 * r.end);
+                    let (nl, nh, nt) = (&mut nlo[ncr.clone()], &mut nhi[ncr.clone()], &mut ntm[ncr]);
+                    for (d, ((s, (e0, e1)), &tj)) in sig[cr.clone()]
+                        .iter()
+                        .zip(el[cr.clone()].iter().zip(&er[cr.clone()]))
+                        .zip(&ctm[cr])
+                        .enumerate()
+                    {
+                        let (sl, sh) = walk::halves(s);
+                        for (c, e) in [e0, e1].into_iter().enumerate() {
+                            let (al, ah) = walk::halves(e);
+                            let (al, ah) = (al ^ sl, ah ^ sh);
+                            nl[2 * d + c] = (al & !1) ^ (cl & tj);
+                            nh[2 * d + c] = ah ^ (ch & tj);
+                            nt[2 * d + c] = ((al ^ (tj & tcw[c])) & 1).wrapping_neg();
+                        }
+                    }
                     let (clo, chi) =
                         ((t.lo >> below).max(2 * t.p0), (t.hi >> below).min(2 * (t.p0 + t.m as u64 - 1) + 1));
-                    let (sl, sh) = (scw_lo[g], scw_hi[g]);
-                    let tcw = [(self.tree.tcw_left[g] >> i) & 1, (self.tree.tcw_right[g] >> i) & 1];
-                    let n0 = nlo.len();
-                    for cp in clo..=chi {
-                        let j = t.n0 + ((cp >> 1) - t.p0) as usize;
-                        let c = (cp & 1) as usize;
-                        let (al, ah) = hash(c, j);
-                        let tj = tm[j];
-                        nlo.push((al & !1) ^ (sl & tj));
-                        nhi.push(ah ^ (sh & tj));
-                        ntm.push(((al ^ (tj & tcw[c])) & 1).wrapping_neg());
-                    }
-                    (t.n0, t.m, t.p0) = (n0, (chi - clo + 1) as usize, clo);
+                    (t.n0, t.m, t.p0) = (2 * t.n0 + (clo - 2 * t.p0) as usize, (chi - clo + 1) as usize, clo);
                 }
                 std::mem::swap(lo, nlo);
                 std::mem::swap(hi, nhi);
@@ -986,6 +1005,7 @@ struct WindowScratch {
     nlo: Vec<u64>,
     nhi: Vec<u64>,
     ntm: Vec<u64>,
+    ctm: Vec<u64>,
     sig: Vec<AesBlock>,
     el: Vec<AesBlock>,
     er: Vec<AesBlock>,
