@@ -1,7 +1,8 @@
 //! FuseFSS composites: SIGMA's softmax and normalisations with their nonlinearities
 //! compiled (fusefss-paper-digest.md §4). The row max stays a comparison tree and the
-//! products and truncations are the shared sub-protocols; `e^{−x}`, the reciprocal, the
-//! mean's exact shift and the reciprocal square root are [`library`](crate::library) specs.
+//! products and truncations are the shared sub-protocols; `e^{−x}`, the reciprocal and the
+//! reciprocal square root are [`library`](crate::library) specs, and the mean's shift is a
+//! one-round shift with slack.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -9,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use gates::GateError;
 use gates::norm::Norm;
 use gates::softmax::Softmax;
-use gates::unary::UnaryFamily;
+use gates::unary::{SlackShift, UnaryFamily};
 
 use crate::gate::CompiledGate;
 use crate::library;
@@ -83,8 +84,10 @@ pub fn softmax(
     Ok(Softmax { bits, cmp_bits, scale, rows, cols, causal, exp, recip })
 }
 
-/// LayerNorm (`normalize`) or RMSNorm with a compiled exact mean shift (2 rounds instead of
-/// 4) and a compiled reciprocal square root (2 rounds instead of 5).
+/// LayerNorm (`normalize`) or RMSNorm with the mean's shift in one round (a DCF carry with
+/// slack, [`SlackShift`]: the row sum, like every truncated value, is below `2^{n−2}`; SIGMA
+/// takes 4 rounds, an exact compiled shift 2) and a compiled reciprocal square root (2
+/// rounds instead of 5).
 ///
 /// # Errors
 /// [`SpecError`] for unsupported widths, [`GateError`] (as a message) for parameter vectors
@@ -97,8 +100,8 @@ pub fn norm(
     normalize: bool,
     gamma: Arc<[u64]>,
     beta: Arc<[u64]>,
-) -> Result<Norm<Compiled, Compiled>, SpecError> {
-    let mean = Compiled::new(&library::ars(bits, Norm::mean_shift(scale, cols), false))?;
+) -> Result<Norm<SlackShift, Compiled>, SpecError> {
+    let mean = SlackShift { bits, shift: Norm::mean_shift(scale, cols) };
     let rsqrt = Compiled::new(&library::rsqrt(bits, bits, scale, cols as u64))?;
     Norm::with(bits, scale, rows, cols, normalize, gamma, beta, mean, rsqrt)
         .map_err(|e| SpecError::Width(e.to_string()))

@@ -15,7 +15,7 @@ use fss::{DecodeError, Party};
 use gates::arith::{MatMul, MatMulKey};
 use gates::keyio::GateKey;
 use gates::linalg::matmul;
-use gates::nonlinear::{Activation, ReluResidual};
+use gates::nonlinear::{Activation, ArsSlackDcf, ReluResidual};
 use gates::norm::Norm;
 use gates::shift::ArsSlack;
 use gates::softmax::Softmax;
@@ -144,6 +144,10 @@ where
     }
 }
 
+/// Truncations of at most this many elements take the one-round shift in the FuseFSS
+/// implementation (about 150 bytes more key per element at `n = 37`).
+pub const ONE_ROUND_TRUNC_MAX: usize = 4096;
+
 /// The gate of every gate node of `g` for `imp` (`None` for local nodes).
 ///
 /// # Errors
@@ -155,6 +159,11 @@ pub fn build(g: &Graph, imp: Impl) -> Result<Vec<Option<Box<dyn DynGate>>>, Spec
         let len = node.shape.len();
         let s = node.shape;
         let gate: Option<Box<dyn DynGate>> = match &node.op {
+            // FuseFSS takes one round for small tensors (pooling), where the larger key of
+            // the DCF carry does not matter; products' truncations keep SIGMA's two rounds.
+            Op::Trunc { shift, .. } if imp == Impl::Fusefss && len <= ONE_ROUND_TRUNC_MAX => {
+                Some(Box::new(Erased(ArsSlackDcf { bits: n, shift: *shift, len })))
+            }
             Op::Trunc { shift, .. } => {
                 Some(Box::new(Erased(ArsSlack { bits: n, shift: *shift, out_bits: n, len })))
             }

@@ -329,6 +329,137 @@ impl TruncReduceDcf {
 }
 unary!(TruncReduceDcf, TruncReduceDcfKey);
 
+/// Arithmetic shift with slack in one round: `⌊x / 2^s⌋` in `Z_{2^n}` for a signed `x` with
+/// `|x| < 2^{n−2}` — the identity of [`ArsSlack`] (the wrap of `x + 2^{n−2} + r` is
+/// `msb(r)·(1 − msb(x̂ + 2^{n−2}))`), with the carry `1{û_l < r_l}` as additive shares from a
+/// DCF instead of a masked bit, so the output opens in the first round. Key: the DCF (`s`
+/// bits, payload in `Z_{2^n}`) and two words, about twice [`ArsSlack`]'s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArsSlackDcf {
+    /// Ring width `n` (at least 3).
+    pub bits: u32,
+    /// Shift `s`, `1 ≤ s ≤ n − 2`.
+    pub shift: u32,
+    /// Elements.
+    pub len: usize,
+}
+
+/// A party's [`ArsSlackDcf`] key: the carry DCF, shares of `r_out − r_h` and of
+/// `2^{n−s}·msb(r)`.
+#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+pub struct ArsSlackDcfKey {
+    #[zeroize(skip)]
+    party: Party,
+    #[zeroize(skip)]
+    bits: u32,
+    dcf: DcfKeys,
+    corr: Vec<u64>,
+    wrap: Vec<u64>,
+}
+key_debug!(ArsSlackDcfKey);
+
+impl GateKey for ArsSlackDcfKey {
+    type Shape = ArsSlackDcf;
+
+    fn party(&self) -> Party {
+        self.party
+    }
+
+    fn write(&self, w: &mut BitWriter) {
+        self.dcf.write_material(w);
+        put_words(w, &self.corr, self.bits);
+        put_words(w, &self.wrap, self.bits);
+    }
+
+    fn read(s: &ArsSlackDcf, party: Party, r: &mut BitReader<'_>) -> Result<ArsSlackDcfKey, DecodeError> {
+        let params = s.dcf_params().map_err(|_| DecodeError::InvalidField("shift widths"))?;
+        let dcf = DcfKeys::read_material(params, party, s.len, r)?;
+        let corr = get_words(r, s.len, s.bits)?;
+        let wrap = get_words(r, s.len, s.bits)?;
+        Ok(ArsSlackDcfKey { party, bits: s.bits, dcf, corr, wrap })
+    }
+}
+
+impl ArsSlackDcf {
+    fn input_width(&self) -> u32 {
+        self.bits
+    }
+
+    fn output_width(&self) -> u32 {
+        self.bits
+    }
+
+    fn dcf_params(&self) -> Result<DcfParams, GateError> {
+        if self.bits < 3 || self.shift == 0 || self.shift > self.bits - 2 {
+            return Err(GateError::Params(format!("shift {} with slack on {} bits", self.shift, self.bits)));
+        }
+        Ok(DcfParams::new(self.shift, self.bits, 1)?)
+    }
+
+    /// `2^{n−2}`, the offset that makes a contracted input non-negative.
+    fn offset(&self) -> u64 {
+        1u64 << (self.bits - 2)
+    }
+
+    /// Deal keys for input masks `r` and output masks `rout`.
+    ///
+    /// # Errors
+    /// [`GateError`] on bad parameters or lengths.
+    pub fn deal<R: CryptoRng + ?Sized>(
+        &self,
+        r: &[u64],
+        rout: &[u64],
+        rng: &mut R,
+    ) -> Result<(ArsSlackDcfKey, ArsSlackDcfKey), GateError> {
+        let params = self.dcf_params()?;
+        check_len("masks", self.len, r.len())?;
+        let (n, s, m) = (self.bits, self.shift, mask(self.bits));
+        let lows: Vec<u64> = r.iter().map(|&r| r & mask(s)).collect();
+        let (k0, k1) = dcf::keygen(params, &lows, &vec![1; self.len], rng)?;
+        let corr: Vec<u64> = r.iter().zip(rout).map(|(&r, &o)| o.wrapping_sub((r & m) >> s) & m).collect();
+        let wrap: Vec<u64> = r.iter().map(|&r| (((r & m) >> (n - 1)) << (n - s)) & m).collect();
+        let (c0, c1) = share(rng, &corr, n);
+        let (w0, w1) = share(rng, &wrap, n);
+        Ok((
+            ArsSlackDcfKey { party: Party::P0, bits: n, dcf: k0, corr: c0, wrap: w0 },
+            ArsSlackDcfKey { party: Party::P1, bits: n, dcf: k1, corr: c1, wrap: w1 },
+        ))
+    }
+
+    /// The masked output (one round).
+    ///
+    /// # Errors
+    /// As [`Gate::eval`].
+    pub async fn run(&self, ctx: &Ctx, key: &ArsSlackDcfKey, xh: &[u64]) -> Result<Vec<u64>, GateError> {
+        self.dcf_params()?;
+        let (n, s, m) = (self.bits, self.shift, mask(self.bits));
+        let uh: Vec<u64> = xh.iter().map(|&x| x.wrapping_add(self.offset()) & m).collect();
+        let lows: Vec<u64> = uh.iter().map(|&u| u & mask(s)).collect();
+        let mut carry = vec![AddShare::default(); self.len];
+        key.dcf.eval(&lows, &mut carry)?;
+        let own = party_term(ctx.party());
+        let public = |u: u64| (u >> s).wrapping_sub(self.offset() >> s);
+        let y: Vec<u64> = (0..self.len)
+            .map(|i| {
+                let top_clear = 1 - (uh[i] >> (n - 1));
+                (own * public(uh[i]))
+                    .wrapping_sub(carry[i].0)
+                    .wrapping_add(key.corr[i])
+                    .wrapping_add(key.wrap[i] * top_clear)
+                    & m
+            })
+            .collect();
+        ctx.open(&y, n).await
+    }
+
+    /// The plaintext result: `⌊x / 2^s⌋` of the signed `x` (exact when `|x| < 2^{n−2}`, which
+    /// the caller guarantees; the secure result equals it then).
+    pub fn plain(&self, x: u64) -> u64 {
+        Ring::new(self.bits).map_or(0, |ring| ring.from_signed(ring.to_signed(x) >> self.shift))
+    }
+}
+unary!(ArsSlackDcf, ArsSlackDcfKey);
+
 /// Which activation a [`ReluResidual`] computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {

@@ -5,7 +5,7 @@
 use crate::error::GateError;
 use crate::gate::Gate;
 use crate::keyio::GateKey;
-use crate::nonlinear::{NExp, Reciprocal};
+use crate::nonlinear::{ArsSlackDcf, NExp, Reciprocal};
 use crate::rsqrt::Rsqrt;
 use crate::shift::ShiftExact;
 
@@ -99,5 +99,25 @@ impl UnaryFamily for SigmaShift {
             return Err(GateError::Params(format!("shift {} of {} bits", self.shift, self.bits)));
         }
         Ok(ShiftExact { bits: self.bits, shift: self.shift, signed: true, len })
+    }
+}
+
+/// An arithmetic shift with slack in one round ([`ArsSlackDcf`]: inputs `|x| < 2^{n−2}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlackShift {
+    /// Ring width.
+    pub bits: u32,
+    /// Shift.
+    pub shift: u32,
+}
+
+impl UnaryFamily for SlackShift {
+    type Gate = ArsSlackDcf;
+
+    fn gate(&self, len: usize) -> Result<ArsSlackDcf, GateError> {
+        if self.bits < 3 || self.shift == 0 || self.shift > self.bits - 2 {
+            return Err(GateError::Params(format!("shift {} with slack on {} bits", self.shift, self.bits)));
+        }
+        Ok(ArsSlackDcf { bits: self.bits, shift: self.shift, len })
     }
 }

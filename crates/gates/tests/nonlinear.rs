@@ -146,3 +146,39 @@ fn reciprocal_exact_and_accurate() {
     assert!(worst < 2e-2, "reciprocal max error {worst}");
     let _ = mask(1);
 }
+
+/// The one-round shift with slack: every input of the contract `|x| < 2^{n−2}` under the edge
+/// masks at n = 8 and 9, every shift, one round, and random contracted inputs at 37 and 50.
+#[test]
+fn ars_slack_dcf_exhaustive_small_and_random_large() {
+    use gates::nonlinear::ArsSlackDcf;
+    let mut r = rng(23);
+    for bits in [8u32, 9] {
+        let ring = Ring::new(bits).unwrap();
+        let q = 1i64 << (bits - 2);
+        let values: Vec<u64> = (-q..q).map(|v| ring.from_signed(v)).collect();
+        for shift in 1..=bits - 2 {
+            let (x, m) = with_masks(&values, bits, 6, &mut r);
+            let out = words(&mut r, x.len(), bits);
+            let g = ArsSlackDcf { bits, shift, len: x.len() };
+            let rep = check(&g, &[&x[..]], &[&m[..]], &out, &mut r);
+            assert_eq!(rep.stats[0].rounds, 1);
+            // The reference is the floor of the signed value.
+            for &v in &values {
+                let want = ring.from_signed(ring.to_signed(v).div_euclid(1 << shift));
+                assert_eq!(gates::Gate::reference(&g, &[&[v]])[0], want);
+            }
+        }
+    }
+    for (bits, shift) in [(37u32, 7u32), (37, 12), (50, 12), (50, 24)] {
+        let ring = Ring::new(bits).unwrap();
+        let q = 1i64 << (bits - 2);
+        let mut values: Vec<u64> =
+            (0..3000).map(|_| ring.from_signed((r.next_u64() % (2 * q as u64)) as i64 - q)).collect();
+        values.extend([ring.from_signed(-q), ring.from_signed(q - 1), 0, 1, mask(bits)]);
+        let (x, m) = with_masks(&values, bits, 1, &mut r);
+        let out = words(&mut r, x.len(), bits);
+        check(&ArsSlackDcf { bits, shift, len: x.len() }, &[&x[..]], &[&m[..]], &out, &mut r);
+    }
+    assert!(gates::Gate::keygen(&ArsSlackDcf { bits: 8, shift: 7, len: 1 }, &[&[0]], &[0], &mut r).is_err());
+}
