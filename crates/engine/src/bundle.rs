@@ -43,6 +43,11 @@ const MAGIC: &[u8; 8] = b"FUSEFSSK";
 const END: &[u8; 8] = b"FUSEFSSE";
 /// The bundle format version this build reads and writes.
 pub const VERSION: u16 = 1;
+/// Revision of the gates' protocols and key layouts, part of every fingerprint: bump it when
+/// a gate's key changes, so that bundles dealt by an older build are refused as foreign
+/// instead of being misread. 2: one-round shift in FuseFSS LayerNorm and small truncations,
+/// vector DCF values hashed by direction tweak.
+pub const PROTOCOL_REVISION: u64 = 2;
 const KIND_INPUT: u8 = 1;
 const KIND_GATE: u8 = 2;
 const KIND_OUTPUT: u8 = 3;
@@ -165,12 +170,13 @@ pub struct BundleHeader {
 }
 
 /// A hash of everything that determines a program's keys: widths, shapes, every layer with
-/// its public weights, and the implementation of its gates. Keys dealt for one program are
+/// its public weights, the implementation of its gates and [`PROTOCOL_REVISION`]. Keys dealt for one program are
 /// useless (and must not be used) for any other.
 pub fn fingerprint(g: &Graph, imp: Impl) -> [u8; 32] {
     let mut h = Sha256::new();
     let mut put = |v: u64| h.update(v.to_le_bytes());
     put(u64::from(VERSION));
+    put(PROTOCOL_REVISION);
     put(match imp {
         Impl::Sigma => 1,
         Impl::Fusefss => 2,
