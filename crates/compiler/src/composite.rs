@@ -66,8 +66,11 @@ pub fn compile_cached(spec: &OperatorSpec, options: CompileOptions) -> Result<Ar
     Ok(p)
 }
 
-/// The softmax of [`Softmax::sigma`] with a compiled `e^{−x}` (on `cmp_bits + 1` bits) and
-/// a compiled reciprocal (on `scale + log2 cols` bits, `cols` rounded up to a power of two).
+/// The softmax of [`Softmax::sigma`] with a compiled `e^{−x}` (on `cmp_bits + 1` bits), a
+/// compiled reciprocal (on `scale + log2 cols` bits, `cols` rounded up to a power of two), and
+/// a max tree that runs in `Z_{2^{cmp_bits + 1}}` (all `e^{−x}` reads) with every level but
+/// the widest in one round ([`gates::cmp::ReluDcf`]): the widest level holds half the
+/// comparisons, so it keeps SIGMA's smaller two-round key.
 ///
 /// # Errors
 /// [`SpecError`] for unsupported widths.
@@ -81,7 +84,19 @@ pub fn softmax(
 ) -> Result<Softmax<Compiled, Compiled>, SpecError> {
     let exp = Compiled::new(&library::nexp((cmp_bits + 1).min(bits), bits, scale))?;
     let recip = Compiled::new(&library::reciprocal(scale, (cols.max(2) as u64).next_power_of_two(), bits))?;
-    Ok(Softmax { bits, cmp_bits, scale, rows, cols, causal, exp, recip })
+    let levels = (cols.max(1) as u64).next_power_of_two().trailing_zeros() as usize;
+    Ok(Softmax {
+        bits,
+        cmp_bits,
+        scale,
+        rows,
+        cols,
+        causal,
+        exp,
+        recip,
+        max_bits: (cmp_bits + 1).min(bits),
+        max_dcf_levels: levels.saturating_sub(1),
+    })
 }
 
 /// LayerNorm (`normalize`) or RMSNorm with the mean's shift in one round (a DCF carry with

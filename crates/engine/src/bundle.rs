@@ -46,8 +46,9 @@ pub const VERSION: u16 = 1;
 /// Revision of the gates' protocols and key layouts, part of every fingerprint: bump it when
 /// a gate's key changes, so that bundles dealt by an older build are refused as foreign
 /// instead of being misread. 2: one-round shift in FuseFSS LayerNorm and small truncations,
-/// vector DCF values hashed by direction tweak.
-pub const PROTOCOL_REVISION: u64 = 2;
+/// vector DCF values hashed by direction tweak. 3: FuseFSS softmax max tree in
+/// `Z_{2^{cmp_bits+1}}` with one-round upper levels.
+pub const PROTOCOL_REVISION: u64 = 3;
 const KIND_INPUT: u8 = 1;
 const KIND_GATE: u8 = 2;
 const KIND_OUTPUT: u8 = 3;

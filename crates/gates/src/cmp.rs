@@ -1,18 +1,20 @@
 //! Comparisons (SIGMA; fss-building-blocks.md §6.2–6.3): DReLU, ReLU, interval tests and the
-//! row-max tree. All comparison keys are the early-terminated 1-bit DPF of `fss::bitdpf`.
+//! row-max tree. The comparison keys are the early-terminated 1-bit DPF of `fss::bitdpf`,
+//! except the one-round ReLU ([`ReluDcf`]), whose sign comes from a DCF.
 
 use fss::bitdpf::{self, BitDpfKeys, BitDpfParams, CmpShares};
 use fss::codec::{BitReader, BitWriter};
+use fss::dcf::{self, DcfKeys, DcfParams};
 use fss::ring::mask;
 use fss::rng::CryptoRng;
-use fss::{DecodeError, Party, XorBit, compare};
+use fss::{AddShare, DecodeError, Party, XorBit, compare};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use crate::arith::{check_inputs, check_party};
-use crate::dealer::{random_words, share_bits};
+use crate::dealer::{random_words, share, share_bits};
 use crate::error::{GateError, check_len};
 use crate::gate::Gate;
-use crate::keyio::{GateKey, get_bits, key_debug, put_bits};
+use crate::keyio::{GateKey, get_bits, get_words, key_debug, put_bits, put_words};
 use crate::online::Ctx;
 use crate::select::{Select, SelectKey};
 
@@ -296,6 +298,181 @@ impl Gate for Relu {
     }
 }
 
+/// [`Relu`] in one round: the sign comes as additive shares from one DCF instead of a masked
+/// bit and a select. With `c` = `cmp_bits`, `D = x̂ mod 2^c`, `R = r mod 2^c` and
+/// `H = 2^{c−1}`, the sign of the `c`-bit difference is
+/// `1{x ≥ 0} = 1{D − H < R} − 1{D < R} + 1{D < H}` (points mod `2^c`): one DCF at `R` with
+/// payload `(1, r)`, read at two points, gives shares of the sign `s` and of `s·r`, and
+/// `ReLU(x) = s·x̂ − s·r`. Key: the DCF (`c` bits, two words of `bits`) and two words, about
+/// 1.8× [`Relu`]'s at `c = 26`; one opening of `bits` bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReluDcf {
+    /// Ring width.
+    pub bits: u32,
+    /// Width of the sign test, `2 ≤ cmp_bits ≤ bits`.
+    pub cmp_bits: u32,
+    /// Elements.
+    pub len: usize,
+}
+
+/// A party's [`ReluDcf`] key: the DCF and shares of the input and output masks.
+#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+pub struct ReluDcfKey {
+    #[zeroize(skip)]
+    party: Party,
+    #[zeroize(skip)]
+    bits: u32,
+    dcf: DcfKeys,
+    r: Vec<u64>,
+    rout: Vec<u64>,
+}
+key_debug!(ReluDcfKey);
+
+impl GateKey for ReluDcfKey {
+    type Shape = ReluDcf;
+
+    fn party(&self) -> Party {
+        self.party
+    }
+
+    fn write(&self, w: &mut BitWriter) {
+        self.dcf.write_material(w);
+        put_words(w, &self.r, self.bits);
+        put_words(w, &self.rout, self.bits);
+    }
+
+    fn read(s: &ReluDcf, party: Party, r: &mut BitReader<'_>) -> Result<ReluDcfKey, DecodeError> {
+        let params = s.params().map_err(|_| DecodeError::InvalidField("ReLU widths"))?;
+        let dcf = DcfKeys::read_material(params, party, s.len, r)?;
+        let rs = get_words(r, s.len, s.bits)?;
+        let rout = get_words(r, s.len, s.bits)?;
+        Ok(ReluDcfKey { party, bits: s.bits, dcf, r: rs, rout })
+    }
+}
+
+impl ReluDcf {
+    fn params(&self) -> Result<DcfParams, GateError> {
+        if self.cmp_bits < 2 || self.cmp_bits > self.bits {
+            return Err(GateError::Params(format!("ReLU sign on {} of {} bits", self.cmp_bits, self.bits)));
+        }
+        Ok(DcfParams::new(self.cmp_bits, self.bits, 2)?)
+    }
+
+    /// Deal keys for input masks `r` and output masks `rout`.
+    ///
+    /// # Errors
+    /// [`GateError`] on bad widths or lengths.
+    pub fn deal<R: CryptoRng + ?Sized>(
+        &self,
+        r: &[u64],
+        rout: &[u64],
+        rng: &mut R,
+    ) -> Result<(ReluDcfKey, ReluDcfKey), GateError> {
+        let params = self.params()?;
+        check_len("masks", self.len, r.len())?;
+        check_len("output masks", self.len, rout.len())?;
+        let m = mask(self.bits);
+        let alphas: Vec<u64> = r.iter().map(|&v| v & mask(self.cmp_bits)).collect();
+        let betas: Vec<u64> = r.iter().flat_map(|&v| [1, v & m]).collect();
+        let (k0, k1) = dcf::keygen(params, &alphas, &betas, rng)?;
+        let rm: Vec<u64> = r.iter().map(|&v| v & m).collect();
+        let (r0, r1) = share(rng, &rm, self.bits);
+        let (o0, o1) = share(rng, rout, self.bits);
+        Ok((
+            ReluDcfKey { party: Party::P0, bits: self.bits, dcf: k0, r: r0, rout: o0 },
+            ReluDcfKey { party: Party::P1, bits: self.bits, dcf: k1, r: r1, rout: o1 },
+        ))
+    }
+
+    /// The masked output (one round).
+    ///
+    /// # Errors
+    /// As [`Gate::eval`].
+    pub async fn run(&self, ctx: &Ctx, key: &ReluDcfKey, xh: &[u64]) -> Result<Vec<u64>, GateError> {
+        self.params()?;
+        let (m, c) = (mask(self.bits), self.cmp_bits);
+        let half = 1u64 << (c - 1);
+        // Lane 2i reads D − H, lane 2i + 1 reads D (both mod 2^c), for key i.
+        let idx: Vec<u32> = (0..self.len as u32).flat_map(|i| [i, i]).collect();
+        let pts: Vec<u64> = xh
+            .iter()
+            .flat_map(|&x| {
+                let d = x & mask(c);
+                [d.wrapping_sub(half) & mask(c), d]
+            })
+            .collect();
+        let mut out = vec![AddShare::default(); 4 * self.len];
+        key.dcf.eval_indexed(&idx, &pts, &mut out)?;
+        let p0 = ctx.party() == Party::P0;
+        let y: Vec<u64> = (0..self.len)
+            .map(|i| {
+                let x = xh[i] & m;
+                let low = (x & mask(c)) < half;
+                let s = out[4 * i].0.wrapping_sub(out[4 * i + 2].0);
+                let sr = out[4 * i + 1].0.wrapping_sub(out[4 * i + 3].0);
+                let mut v = s.wrapping_mul(x).wrapping_sub(sr).wrapping_add(key.rout[i]);
+                if low {
+                    v = v.wrapping_sub(key.r[i]);
+                    if p0 {
+                        v = v.wrapping_add(x);
+                    }
+                }
+                v & m
+            })
+            .collect();
+        ctx.open(&y, self.bits).await
+    }
+
+    /// The plaintext result, as [`Relu`]'s.
+    pub fn plain(&self, x: u64) -> u64 {
+        if (x >> (self.cmp_bits - 1)) & 1 == 1 { 0 } else { x & mask(self.bits) }
+    }
+}
+
+impl Gate for ReluDcf {
+    type Key = ReluDcfKey;
+
+    fn input_bits(&self) -> Vec<u32> {
+        vec![self.bits]
+    }
+
+    fn input_lens(&self) -> Vec<usize> {
+        vec![self.len]
+    }
+
+    fn output_bits(&self) -> u32 {
+        self.bits
+    }
+
+    fn output_len(&self) -> usize {
+        self.len
+    }
+
+    fn key_shape(&self) -> ReluDcf {
+        *self
+    }
+
+    fn keygen<R: CryptoRng + ?Sized>(
+        &self,
+        masks_in: &[&[u64]],
+        mask_out: &[u64],
+        rng: &mut R,
+    ) -> Result<(ReluDcfKey, ReluDcfKey), GateError> {
+        check_inputs(masks_in, &self.input_lens())?;
+        self.deal(masks_in[0], mask_out, rng)
+    }
+
+    async fn eval(&self, ctx: &Ctx, key: &ReluDcfKey, inputs: &[&[u64]]) -> Result<Vec<u64>, GateError> {
+        check_inputs(inputs, &self.input_lens())?;
+        check_party(ctx, key.party)?;
+        self.run(ctx, key, inputs[0]).await
+    }
+
+    fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
+        inputs[0].iter().map(|&x| self.plain(x)).collect()
+    }
+}
+
 /// `1{lo ≤ x ≤ hi}` as a masked bit, for public bounds in unsigned `n`-bit order (add
 /// `2^{n−1}` to both the input offset and the bounds for signed order): one 1-bit DPF at the
 /// mask, read at two thresholds (§6.1 rule 1, §6.3). One round, one bit.
@@ -428,8 +605,9 @@ impl Gate for Interval {
 /// The maxima of rows of different lengths (flattened row after row), by a tournament of
 /// `max(a, b) = b + ReLU(a − b)` (SIGMA's `SlothMaxpool`; its triangular variant for causal
 /// rows). Each level pairs entries `2j, 2j + 1` of every row still longer than one; an odd
-/// last entry waits for the next level. `2⌈log2 longest⌉` rounds. Requires every compared
-/// difference to fit `cmp_bits` bits as a signed value.
+/// last entry waits for the next level. Two rounds per level with [`Relu`]; the last
+/// `dcf_levels` levels (the narrowest) take one with [`ReluDcf`] and a larger key.
+/// Requires every compared difference to fit `cmp_bits` bits as a signed value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MaxTree {
     /// Ring width.
@@ -438,6 +616,15 @@ pub struct MaxTree {
     pub cmp_bits: u32,
     /// Length of every row (each at least 1).
     pub row_lens: Vec<usize>,
+    /// How many of the last levels run in one round (0 for SIGMA's tree).
+    pub dcf_levels: usize,
+}
+
+/// One level's ReLU key.
+#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+enum LevelKey {
+    Two(ReluKey),
+    One(ReluDcfKey),
 }
 
 /// A party's [`MaxTree`] key: one ReLU key per level.
@@ -445,7 +632,7 @@ pub struct MaxTree {
 pub struct MaxTreeKey {
     #[zeroize(skip)]
     party: Party,
-    levels: Vec<ReluKey>,
+    levels: Vec<LevelKey>,
 }
 key_debug!(MaxTreeKey);
 
@@ -458,13 +645,28 @@ impl GateKey for MaxTreeKey {
 
     fn write(&self, w: &mut BitWriter) {
         for k in &self.levels {
-            k.write(w);
+            match k {
+                LevelKey::Two(k) => k.write(w),
+                LevelKey::One(k) => k.write(w),
+            }
         }
     }
 
     fn read(s: &MaxTree, party: Party, r: &mut BitReader<'_>) -> Result<MaxTreeKey, DecodeError> {
-        let levels =
-            s.levels().into_iter().map(|w| ReluKey::read(&s.relu(&w), party, r)).collect::<Result<_, _>>()?;
+        let levels = s.levels();
+        let first_one = levels.len().saturating_sub(s.dcf_levels);
+        let levels = levels
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let len = MaxTree::pair_count(w);
+                Ok(if i >= first_one {
+                    LevelKey::One(ReluDcfKey::read(&s.relu_dcf(len), party, r)?)
+                } else {
+                    LevelKey::Two(ReluKey::read(&s.relu(len), party, r)?)
+                })
+            })
+            .collect::<Result<_, DecodeError>>()?;
         Ok(MaxTreeKey { party, levels })
     }
 }
@@ -481,8 +683,21 @@ impl MaxTree {
         out
     }
 
-    fn relu(&self, widths: &[usize]) -> Relu {
-        Relu { bits: self.bits, cmp_bits: self.cmp_bits, len: widths.iter().map(|w| w / 2).sum() }
+    fn pair_count(widths: &[usize]) -> usize {
+        widths.iter().map(|w| w / 2).sum()
+    }
+
+    fn relu(&self, len: usize) -> Relu {
+        Relu { bits: self.bits, cmp_bits: self.cmp_bits, len }
+    }
+
+    fn relu_dcf(&self, len: usize) -> ReluDcf {
+        ReluDcf { bits: self.bits, cmp_bits: self.cmp_bits, len }
+    }
+
+    /// Whether level `i` of `count` runs in one round.
+    fn one_round(&self, i: usize, count: usize) -> bool {
+        i + self.dcf_levels >= count
     }
 
     /// A level's pairs `(a, b)`, row after row.
@@ -529,9 +744,11 @@ impl MaxTree {
             return Err(GateError::Params("max of an empty row".into()));
         }
         let m = mask(self.bits);
-        let mut r = r.to_vec();
+        let mut r: Vec<u64> = r.iter().map(|&v| v & m).collect();
         let (mut k0, mut k1) = (vec![], vec![]);
-        for widths in self.levels() {
+        let levels = self.levels();
+        let count = levels.len();
+        for (i, widths) in levels.into_iter().enumerate() {
             let (ra, rb) = Self::pairs(&widths, &r);
             let diff: Vec<u64> = ra.iter().zip(&rb).map(|(&a, &b)| a.wrapping_sub(b) & m).collect();
             // A row whose width is 2 finishes here: aim its ReLU mask at the row's target.
@@ -545,9 +762,16 @@ impl MaxTree {
                     p += w / 2;
                 }
             }
-            let (a0, a1) = self.relu(&widths).deal(&diff, &out, rng)?;
-            k0.push(a0);
-            k1.push(a1);
+            let len = Self::pair_count(&widths);
+            if self.one_round(i, count) {
+                let (a0, a1) = self.relu_dcf(len).deal(&diff, &out, rng)?;
+                k0.push(LevelKey::One(a0));
+                k1.push(LevelKey::One(a1));
+            } else {
+                let (a0, a1) = self.relu(len).deal(&diff, &out, rng)?;
+                k0.push(LevelKey::Two(a0));
+                k1.push(LevelKey::Two(a1));
+            }
             let pairmax: Vec<u64> = rb.iter().zip(&out).map(|(&b, &o)| b.wrapping_add(o) & m).collect();
             r = Self::next(&widths, &r, &pairmax);
         }
@@ -564,11 +788,19 @@ impl MaxTree {
     pub async fn run(&self, ctx: &Ctx, key: &MaxTreeKey, xh: &[u64]) -> Result<Vec<u64>, GateError> {
         check_party(ctx, key.party)?;
         let m = mask(self.bits);
-        let mut v = xh.to_vec();
-        for (widths, k) in self.levels().into_iter().zip(&key.levels) {
+        let levels = self.levels();
+        if key.levels.len() != levels.len() {
+            return Err(GateError::KeyMismatch("max tree levels"));
+        }
+        let mut v: Vec<u64> = xh.iter().map(|&x| x & m).collect();
+        for (widths, k) in levels.into_iter().zip(&key.levels) {
             let (a, b) = Self::pairs(&widths, &v);
             let diff: Vec<u64> = a.iter().zip(&b).map(|(&a, &b)| a.wrapping_sub(b) & m).collect();
-            let relu = self.relu(&widths).eval(ctx, k, &[&diff]).await?;
+            let len = Self::pair_count(&widths);
+            let relu = match k {
+                LevelKey::Two(k) => self.relu(len).eval(ctx, k, &[&diff]).await?,
+                LevelKey::One(k) => self.relu_dcf(len).eval(ctx, k, &[&diff]).await?,
+            };
             let pairmax: Vec<u64> = b.iter().zip(&relu).map(|(&b, &o)| b.wrapping_add(o) & m).collect();
             v = Self::next(&widths, &v, &pairmax);
         }
@@ -606,7 +838,12 @@ pub struct RowMax {
 
 impl RowMax {
     fn tree(&self) -> MaxTree {
-        MaxTree { bits: self.bits, cmp_bits: self.cmp_bits, row_lens: vec![self.cols; self.rows] }
+        MaxTree {
+            bits: self.bits,
+            cmp_bits: self.cmp_bits,
+            row_lens: vec![self.cols; self.rows],
+            dcf_levels: 0,
+        }
     }
 }
 

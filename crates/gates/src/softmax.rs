@@ -43,6 +43,11 @@ pub struct Softmax<E = SigmaNExp, Q = SigmaReciprocal> {
     pub exp: E,
     /// `1/S` for a row sum `1 ≤ S ≤ cols` at `scale`.
     pub recip: Q,
+    /// Ring of the max tree (`bits` for SIGMA). Only `x − max` on `cmp_bits + 1` bits is
+    /// used, so the tree may run in `Z_{2^{cmp_bits + 1}}` (smaller one-round keys).
+    pub max_bits: u32,
+    /// Levels of the max tree that take one round ([`MaxTree::dcf_levels`]; 0 for SIGMA).
+    pub max_dcf_levels: usize,
 }
 
 impl Softmax {
@@ -50,7 +55,7 @@ impl Softmax {
     pub fn sigma(bits: u32, cmp_bits: u32, scale: u32, rows: usize, cols: usize, causal: bool) -> Softmax {
         let exp = SigmaNExp { bits, cmp_bits: (cmp_bits + 1).min(bits), scale };
         let recip = SigmaReciprocal { bits, scale };
-        Softmax { bits, cmp_bits, scale, rows, cols, causal, exp, recip }
+        Softmax { bits, cmp_bits, scale, rows, cols, causal, exp, recip, max_bits: bits, max_dcf_levels: 0 }
     }
 }
 
@@ -117,6 +122,8 @@ impl<E: UnaryFamily, Q: UnaryFamily> Softmax<E, Q> {
             || self.cols == 0
             || self.cols > 1023
             || self.cmp_bits > self.bits
+            || self.max_bits > self.bits
+            || (self.max_bits < self.bits && self.max_bits <= self.cmp_bits)
         {
             return Err(GateError::Params(format!("softmax shape {self:?}")));
         }
@@ -147,7 +154,12 @@ impl<E: UnaryFamily, Q: UnaryFamily> Softmax<E, Q> {
     }
 
     fn tree(&self) -> MaxTree {
-        MaxTree { bits: self.bits, cmp_bits: self.cmp_bits, row_lens: self.row_lens() }
+        MaxTree {
+            bits: self.max_bits,
+            cmp_bits: self.cmp_bits,
+            row_lens: self.row_lens(),
+            dcf_levels: self.max_dcf_levels,
+        }
     }
 
     fn nexp(&self, len: usize) -> Result<E::Gate, GateError> {

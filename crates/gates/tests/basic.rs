@@ -152,7 +152,9 @@ mod malformed {
             let _ = LutKey::from_bytes(&lut, party, &bytes);
             let gelu = ReluResidual::new(Activation::Gelu, 24, 20, 2).unwrap();
             let _ = ReluResidualKey::from_bytes(&gelu, party, &bytes);
-            let tree = MaxTree { bits: 16, cmp_bits: 12, row_lens: vec![3, 1, 4] };
+            let tree = MaxTree { bits: 16, cmp_bits: 12, row_lens: vec![3, 1, 4], dcf_levels: 0 };
+            let _ = MaxTreeKey::from_bytes(&tree, party, &bytes);
+            let tree = MaxTree { bits: 16, cmp_bits: 12, row_lens: vec![3, 1, 4], dcf_levels: 1 };
             let _ = MaxTreeKey::from_bytes(&tree, party, &bytes);
             let _ = ReluResidualKey::decode(&gelu, &bytes);
         }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use common::{check, edge_masks, rng, words};
 use fss::ring::mask;
 use fss::rng::{DealerRng, Rng};
-use gates::cmp::{Drelu, Interval, Relu, RowMax};
+use gates::cmp::{Drelu, Interval, MaxTree, Relu, ReluDcf, RowMax};
 use gates::lut::Lut;
 use gates::shift::{ArsSign, ArsSlack, Extend, ShiftExact, TruncReduce};
 
@@ -46,6 +46,60 @@ fn drelu_relu_exhaustive_small() {
         let out = words(&mut r, len, bits);
         let rep = check(&Relu::new(bits, len), &[&x[..]], &[&m[..]], &out, &mut r);
         assert_eq!(rep.stats[0].rounds, 2);
+        let rep = check(&ReluDcf { bits, cmp_bits: bits, len }, &[&x[..]], &[&m[..]], &out, &mut r);
+        assert_eq!(rep.stats[0].rounds, 1);
+    }
+    // A sign test narrower than the ring: every input of the narrow width, sign-extended,
+    // under masks of the whole ring.
+    for (cmp_bits, bits) in [(2u32, 5u32), (6, 9), (9, 11)] {
+        let (from, to) = (fss::Ring::new(cmp_bits).unwrap(), fss::Ring::new(bits).unwrap());
+        let (x, _) = all_inputs(cmp_bits, &mut r);
+        let x: Vec<u64> = x.iter().map(|&v| to.from_signed(from.to_signed(v))).collect();
+        let mut m = words(&mut r, x.len(), bits);
+        for (i, e) in edge_masks(bits, &mut r).into_iter().enumerate() {
+            m[i] = e;
+        }
+        let out = words(&mut r, x.len(), bits);
+        let g = ReluDcf { bits, cmp_bits, len: x.len() };
+        check(&g, &[&x[..]], &[&m[..]], &out, &mut r);
+        check(&Relu { bits, cmp_bits, len: x.len() }, &[&x[..]], &[&m[..]], &out, &mut r);
+    }
+    assert!(gates::Gate::keygen(&ReluDcf { bits: 8, cmp_bits: 9, len: 1 }, &[&[0]], &[0], &mut r).is_err());
+}
+
+/// Max trees whose last levels take one round: ragged rows (lengths 1 to 9), every split
+/// between two-round and one-round levels, round counts, and the ring narrower than the
+/// inputs' (only differences on `cmp_bits` bits are read).
+#[test]
+fn max_tree_with_one_round_levels() {
+    let mut r = rng(16);
+    let (bits, cmp_bits) = (14u32, 11u32);
+    let ring = fss::Ring::new(40).unwrap();
+    let row_lens: Vec<usize> = (1..=9).cycle().take(60).collect();
+    let total: usize = row_lens.iter().sum();
+    let x: Vec<u64> = (0..total).map(|_| ring.from_signed((r.next_u64() % 1000) as i64 - 500)).collect();
+    for dcf_levels in 0..=5 {
+        let tree = MaxTree { bits, cmp_bits, row_lens: row_lens.clone(), dcf_levels };
+        let m = words(&mut r, total, 40);
+        let (k0, k1, rmax) = tree.deal(&m, None, &mut r).unwrap();
+        let xh: Vec<u64> = x.iter().zip(&m).map(|(&a, &b)| a.wrapping_add(b) & mask(40)).collect();
+        let (c0, c1) = (gates::Ctx::new(fss::Party::P0), gates::Ctx::new(fss::Party::P1));
+        let s0 = gates::Session::new(&c0, tree.run(&c0, &k0, &xh));
+        let s1 = gates::Session::new(&c1, tree.run(&c1, &k1, &xh));
+        let (y0, y1) = gates::run_pair(s0, s1).unwrap();
+        assert_eq!(y0, y1);
+        let stats = [c0.stats()];
+        let want = tree.plain(&x);
+        for (row, (&y, &rm)) in y0.iter().zip(&rmax).enumerate() {
+            assert_eq!(
+                y.wrapping_sub(rm) & mask(bits),
+                want[row] & mask(bits),
+                "levels {dcf_levels} row {row}"
+            );
+        }
+        let levels = 4u64; // rows of up to 9 entries
+        let one = (dcf_levels as u64).min(levels);
+        assert_eq!(stats[0].rounds, 2 * (levels - one) + one, "dcf_levels {dcf_levels}");
     }
 }
 
