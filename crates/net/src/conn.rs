@@ -99,6 +99,10 @@ impl Conn {
         let mut c = Conn::start(sock, Some(Arc::new(Mutex::new(conn))), sim)?;
         c.peer_cert = peer;
         c.set_timeout(timeout);
+        // Records that came with the peer's last handshake flight (a client may send its first
+        // message right behind its Finished) are already decrypted: take them now, or `recv`
+        // would wait on the socket for bytes that never come.
+        c.drain_plaintext()?;
         Ok(c)
     }
 
@@ -228,26 +232,7 @@ impl Conn {
                 }
                 return Err(e.into());
             }
-            loop {
-                let at = self.inbuf.len();
-                self.inbuf.resize(at + TLS_CHUNK, 0);
-                match c.reader().read(&mut self.inbuf[at..]) {
-                    Ok(0) => {
-                        self.inbuf.truncate(at);
-                        self.eof = true;
-                        break;
-                    }
-                    Ok(k) => self.inbuf.truncate(at + k),
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        self.inbuf.truncate(at);
-                        break;
-                    }
-                    Err(e) => {
-                        self.inbuf.truncate(at);
-                        return Err(e.into());
-                    }
-                }
-            }
+            read_plaintext(&mut c, &mut self.inbuf, &mut self.eof)?;
         }
         let flush = c.wants_write();
         drop(c);
@@ -255,6 +240,37 @@ impl Conn {
             let _ = w.send(Out::Flush);
         }
         Ok(())
+    }
+
+    /// Move the plaintext the TLS session holds into the buffer.
+    fn drain_plaintext(&mut self) -> Result<(), NetError> {
+        let Some(tls) = self.tls.clone() else { return Ok(()) };
+        let mut c = tls.lock().unwrap_or_else(PoisonError::into_inner);
+        read_plaintext(&mut c, &mut self.inbuf, &mut self.eof)
+    }
+}
+
+/// Move the plaintext a TLS session holds into `inbuf` (`eof` on the peer's close_notify).
+fn read_plaintext(c: &mut rustls::Connection, inbuf: &mut Vec<u8>, eof: &mut bool) -> Result<(), NetError> {
+    loop {
+        let at = inbuf.len();
+        inbuf.resize(at + TLS_CHUNK, 0);
+        match c.reader().read(&mut inbuf[at..]) {
+            Ok(0) => {
+                inbuf.truncate(at);
+                *eof = true;
+                return Ok(());
+            }
+            Ok(k) => inbuf.truncate(at + k),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                inbuf.truncate(at);
+                return Ok(());
+            }
+            Err(e) => {
+                inbuf.truncate(at);
+                return Err(e.into());
+            }
+        }
     }
 }
 

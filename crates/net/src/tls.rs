@@ -350,6 +350,50 @@ mod tests {
         let _ = std::fs::remove_dir_all(&other);
     }
 
+    /// A client may send its first message right behind its last handshake flight (one TCP
+    /// segment here): the server decrypts it during the handshake and must still deliver it.
+    #[test]
+    fn a_message_that_arrives_with_the_handshake_is_delivered() {
+        use std::io::{Read as _, Write as _};
+        let d = tmp("early");
+        generate(&d).unwrap();
+        let s0 = load_identity(&d, Role::Server0).unwrap();
+        let cl = load_identity(&d, Role::Client).unwrap();
+        let c_cert = load_cert(&d, Role::Client).unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let sc = server_config(&s0, vec![c_cert]).unwrap();
+        let cc = client_config(&cl, s0.cert.clone()).unwrap();
+        let client = std::thread::spawn(move || {
+            let mut sock = TcpStream::connect(addr).unwrap();
+            let mut c = client_connection(cc).unwrap();
+            while c.is_handshaking() {
+                while c.wants_write() {
+                    c.write_tls(&mut sock).unwrap();
+                }
+                c.read_tls(&mut sock).unwrap();
+                c.process_new_packets().unwrap();
+            }
+            // The client's Finished is still queued: put a frame behind it, send both at once.
+            let mut frame = 5u64.to_le_bytes().to_vec();
+            frame.extend_from_slice(b"hello");
+            c.writer().write_all(&frame).unwrap();
+            let mut out = Vec::new();
+            while c.wants_write() {
+                c.write_tls(&mut out).unwrap();
+            }
+            sock.write_all(&out).unwrap();
+            // Hold the socket open until the server is done.
+            let _ = sock.read(&mut [0u8; 1]);
+        });
+        let (s, _) = l.accept().unwrap();
+        let mut s = Conn::tls(s, server_connection(sc).unwrap(), Some(Duration::from_secs(2)), None).unwrap();
+        assert_eq!(s.recv().unwrap(), b"hello");
+        drop(s);
+        client.join().unwrap();
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
     #[test]
     fn missing_or_bad_files_are_errors() {
         let d = tmp("c");
