@@ -454,7 +454,7 @@ impl DcfKeys {
             for b in 0..nb {
                 let row = &mut vsig[b * mp..b * mp + m];
                 for k in 0..m {
-                    let tweak = b as u64 + (((pts[k] >> shift) & 1) * nb as u64);
+                    let tweak = value_tweak(((pts[k] >> shift) & 1) as usize, b, nb);
                     row[k] = walk::block(hi[k], hi[k] ^ lo[k] ^ tweak);
                 }
             }

@@ -15,6 +15,7 @@ use crate::dealer::{random_words, share, share_bits};
 use crate::error::{GateError, check_len};
 use crate::gate::Gate;
 use crate::keyio::{GateKey, get_bits, get_words, key_debug, put_bits, put_words};
+use crate::nonlinear::unary;
 use crate::online::Ctx;
 use crate::select::{Select, SelectKey};
 
@@ -351,6 +352,14 @@ impl GateKey for ReluDcfKey {
 }
 
 impl ReluDcf {
+    fn input_width(&self) -> u32 {
+        self.bits
+    }
+
+    fn output_width(&self) -> u32 {
+        self.bits
+    }
+
     fn params(&self) -> Result<DcfParams, GateError> {
         if self.cmp_bits < 2 || self.cmp_bits > self.bits {
             return Err(GateError::Params(format!("ReLU sign on {} of {} bits", self.cmp_bits, self.bits)));
@@ -429,49 +438,7 @@ impl ReluDcf {
     }
 }
 
-impl Gate for ReluDcf {
-    type Key = ReluDcfKey;
-
-    fn input_bits(&self) -> Vec<u32> {
-        vec![self.bits]
-    }
-
-    fn input_lens(&self) -> Vec<usize> {
-        vec![self.len]
-    }
-
-    fn output_bits(&self) -> u32 {
-        self.bits
-    }
-
-    fn output_len(&self) -> usize {
-        self.len
-    }
-
-    fn key_shape(&self) -> ReluDcf {
-        *self
-    }
-
-    fn keygen<R: CryptoRng + ?Sized>(
-        &self,
-        masks_in: &[&[u64]],
-        mask_out: &[u64],
-        rng: &mut R,
-    ) -> Result<(ReluDcfKey, ReluDcfKey), GateError> {
-        check_inputs(masks_in, &self.input_lens())?;
-        self.deal(masks_in[0], mask_out, rng)
-    }
-
-    async fn eval(&self, ctx: &Ctx, key: &ReluDcfKey, inputs: &[&[u64]]) -> Result<Vec<u64>, GateError> {
-        check_inputs(inputs, &self.input_lens())?;
-        check_party(ctx, key.party)?;
-        self.run(ctx, key, inputs[0]).await
-    }
-
-    fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
-        inputs[0].iter().map(|&x| self.plain(x)).collect()
-    }
-}
+unary!(ReluDcf, ReluDcfKey);
 
 /// `1{lo ≤ x ≤ hi}` as a masked bit, for public bounds in unsigned `n`-bit order (add
 /// `2^{n−1}` to both the input offset and the bounds for signed order): one 1-bit DPF at the

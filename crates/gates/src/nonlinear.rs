@@ -389,7 +389,7 @@ impl ArsSlackDcf {
         self.bits
     }
 
-    fn dcf_params(&self) -> Result<DcfParams, GateError> {
+    pub(crate) fn dcf_params(&self) -> Result<DcfParams, GateError> {
         if self.bits < 3 || self.shift == 0 || self.shift > self.bits - 2 {
             return Err(GateError::Params(format!("shift {} with slack on {} bits", self.shift, self.bits)));
         }

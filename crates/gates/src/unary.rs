@@ -115,9 +115,8 @@ impl UnaryFamily for SlackShift {
     type Gate = ArsSlackDcf;
 
     fn gate(&self, len: usize) -> Result<ArsSlackDcf, GateError> {
-        if self.bits < 3 || self.shift == 0 || self.shift > self.bits - 2 {
-            return Err(GateError::Params(format!("shift {} with slack on {} bits", self.shift, self.bits)));
-        }
-        Ok(ArsSlackDcf { bits: self.bits, shift: self.shift, len })
+        let g = ArsSlackDcf { bits: self.bits, shift: self.shift, len };
+        g.dcf_params()?;
+        Ok(g)
     }
 }
