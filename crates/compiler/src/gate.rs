@@ -885,34 +885,77 @@ impl CompiledGate {
     }
 
     /// A party's shares of a linear form for every element.
+    ///
+    /// Term by term over blocks of elements: each public monomial the form uses is computed
+    /// once per element of the block, and each term is one multiply-add per element over
+    /// contiguous columns (a Φ of a split view has hundreds of terms).
     fn eval_form(&self, f: &Form, key: &CompiledKey, locals: &[u64], pv: &[u64]) -> Vec<u64> {
+        const BLOCK: usize = 512;
         let p = &*self.program;
         let (nl, npv) = (p.locals as usize, p.pvars.len());
         let m = mask(f.bits);
         let party0 = key.party == Party::P0;
-        (0..self.len)
-            .map(|e| {
-                let mut acc = 0u64;
-                for t in &f.terms {
-                    let pub_val = match t.pmono {
-                        None => 1,
-                        Some(i) => p.pmonos[i as usize].iter().fold(1u64, |a, &(s, x)| {
-                            a.wrapping_mul(pv[e * npv + s as usize].wrapping_pow(x as u32))
-                        }),
-                    };
-                    let src = match t.src {
-                        Src::One => party0 as u64,
-                        Src::Word(w) => key.words[w as usize][e],
-                        Src::Local(j) => {
-                            let v = locals[e * nl + j as usize];
-                            if f.bits == 1 { v & 1 } else { v }
-                        }
-                    };
-                    acc = acc.wrapping_add(t.coef.wrapping_mul(pub_val).wrapping_mul(src));
+        let mut out = vec![0u64; self.len];
+        // Column slot of each public monomial the form uses.
+        let mut slot = vec![usize::MAX; p.pmonos.len()];
+        let mut used = vec![];
+        for t in &f.terms {
+            if let Some(i) = t.pmono
+                && slot[i as usize] == usize::MAX
+            {
+                slot[i as usize] = used.len();
+                used.push(i as usize);
+            }
+        }
+        let mut cols = vec![0u64; used.len() * BLOCK];
+        let mut src = vec![0u64; BLOCK];
+        for e0 in (0..self.len).step_by(BLOCK) {
+            let e1 = (e0 + BLOCK).min(self.len);
+            let w = e1 - e0;
+            for (c, &i) in used.iter().enumerate() {
+                let col = &mut cols[c * BLOCK..c * BLOCK + w];
+                col.fill(1);
+                for &(s, x) in &p.pmonos[i] {
+                    for (v, e) in col.iter_mut().zip(e0..e1) {
+                        *v = v.wrapping_mul(pv[e * npv + s as usize].wrapping_pow(x as u32));
+                    }
                 }
-                acc & m
-            })
-            .collect()
+            }
+            let acc = &mut out[e0..e1];
+            for t in &f.terms {
+                let s: &[u64] = match t.src {
+                    Src::One if !party0 => continue,
+                    Src::One => {
+                        src[..w].fill(1);
+                        &src[..w]
+                    }
+                    Src::Word(j) => &key.words[j as usize][e0..e1],
+                    Src::Local(j) => {
+                        let one = if f.bits == 1 { 1 } else { u64::MAX };
+                        for (v, e) in src[..w].iter_mut().zip(e0..e1) {
+                            *v = locals[e * nl + j as usize] & one;
+                        }
+                        &src[..w]
+                    }
+                };
+                match t.pmono {
+                    None => {
+                        for (a, &v) in acc.iter_mut().zip(s) {
+                            *a = a.wrapping_add(t.coef.wrapping_mul(v));
+                        }
+                    }
+                    Some(i) => {
+                        let c = slot[i as usize];
+                        let col = &cols[c * BLOCK..c * BLOCK + w];
+                        for ((a, &v), &pm) in acc.iter_mut().zip(s).zip(col) {
+                            *a = a.wrapping_add(t.coef.wrapping_mul(pm).wrapping_mul(v));
+                        }
+                    }
+                }
+            }
+        }
+        out.iter_mut().for_each(|a| *a &= m);
+        out
     }
 
     /// The reference outputs of input `x`, output-major.

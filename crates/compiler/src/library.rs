@@ -11,6 +11,7 @@
 //! | [`relu`] | `max(x, 0)` | signed |
 //! | [`gelu`] | `x·Φ(x)` (erf or tanh form) as `ReLU(x) − round(δ(x))` | signed, `n_in` bits |
 //! | [`silu`] | `x·σ(x)` as `ReLU(x) − round(δ(x))` | signed |
+//! | [`gelu_rows`], [`silu_rows`] | `ReLU(x) − T[row]`: the residual from rows of `2^s` ulps (SIGMA-class error, split-view comparison) | signed |
 //! | [`sigmoid`], [`tanh`] | rounded step functions | signed |
 //! | [`nexp`] | `e^{−x}` for `x ≥ 0`, `1` for negative `x` | `n_in` bits |
 //! | [`reciprocal`] | `1/S` for a softmax row sum `S ∈ [1, cols]` (minimax rows of `2^{−6}`) | unsigned |
@@ -205,6 +206,75 @@ fn relu_minus_residual(
         Piece { polys: vec![poly], ..Piece::default() }
     });
     spec(name, n_in, l, true, f, b, p)
+}
+
+/// `ReLU(x) − T[(x − lo) >> s]` on `[lo, −lo)` with `lo = −reach·2^f`, and `ReLU(x)` outside:
+/// a residual read from rows of `2^s` ulps, each holding the rounded midpoint of the
+/// residual's range over the row (the error is half the residual's variation over a row plus
+/// ½ ulp). Every boundary is a multiple of `2^s`, so the compiler answers the comparisons
+/// with a key on the high `n_in − s` bits and the `s`-bit carry (a split view): a few hundred
+/// thresholds cost a few hundred positions of one small key instead of a window over every
+/// input ulp. `reach` must be a power of two with `reach·2^f ≤ 2^{n_in−2}`.
+fn relu_minus_rows(
+    name: String,
+    func: Function,
+    n_in: u32,
+    l: u32,
+    f: u32,
+    reach: u64,
+    s: u32,
+) -> OperatorSpec {
+    let one = (1u64 << f) as f64;
+    let limit = reach << f;
+    assert!(
+        reach.is_power_of_two() && limit <= half(n_in) / 2 && s >= 1 && limit >> s >= 1,
+        "bad row layout"
+    );
+    let rows = (2 * limit) >> s;
+    let row_value = |i: u64| -> i64 {
+        let start = i as i64 * (1i64 << s) - limit as i64;
+        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        for x in start..start + (1i64 << s) {
+            let v = func.residual(x as f64 / one);
+            lo = lo.min(v);
+            hi = hi.max(v);
+        }
+        round_half_up((lo + hi) / 2.0 * one)
+    };
+    let table: Vec<i64> = (0..rows).map(row_value).collect();
+    let nn = modulus(n_in);
+    let to_u = |x: i64| ((x as i128).rem_euclid(nn as i128)) as u64;
+    let mut starts = vec![0, half(n_in), to_u(limit as i64)];
+    starts.extend((0..rows).map(|i| to_u(i as i64 * (1i64 << s) - limit as i64)));
+    let (b, p) = from_starts(starts, |u| {
+        let x = signed_of(u, n_in);
+        let dv = if x < -(limit as i64) || x >= limit as i64 {
+            0
+        } else {
+            table[((x + limit as i64) >> s) as usize]
+        };
+        let poly = if x >= 0 { vec![-(dv as i128), 1] } else { vec![-(dv as i128)] };
+        Piece { polys: vec![poly], ..Piece::default() }
+    });
+    spec(name, n_in, l, true, f, b, p)
+}
+
+/// GeLU with its residual read from rows of `2^s` ulps over `[−4, 4)` (see
+/// [`relu_minus_rows`]): at `f = 12`, `s = 6` the error is 3.9e-3, half of SIGMA's 8-bit
+/// table (7.6e-3), for a comparison on `n_in − 6` bits.
+pub fn gelu_rows(n_in: u32, l: u32, f: u32, form: GeluForm, s: u32) -> OperatorSpec {
+    let func = match form {
+        GeluForm::Erf => Function::Gelu,
+        GeluForm::Tanh => Function::GeluTanh,
+    };
+    let name = format!("gelu{}-rows{s}-{n_in}", if form == GeluForm::Tanh { "_tanh" } else { "" });
+    relu_minus_rows(name, func, n_in, l, f, 4, s)
+}
+
+/// SiLU with its residual read from rows of `2^s` ulps over `[−8, 8)` (see
+/// [`relu_minus_rows`]; the residual at 8 is 2.7e-3).
+pub fn silu_rows(n_in: u32, l: u32, f: u32, s: u32) -> OperatorSpec {
+    relu_minus_rows(format!("silu-rows{s}-{n_in}"), Function::Silu, n_in, l, f, 8, s)
 }
 
 /// `max(x, 0)` for a signed `n_in`-bit input, into `Z_{2^l}`.

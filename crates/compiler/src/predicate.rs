@@ -218,8 +218,9 @@ impl Families {
         match self.mode {
             FullWidth::Split(f) if bits == self.n && beta & mask(f) == 0 => {
                 // 1[p < r] = 1[p_h < r_h] ⊕ 1[p_h = r_h]·1[p_l < r_l], and p_l = x̂_l.
-                let off = beta.wrapping_neg() & mask(self.n);
-                let (h, k) = self.point(f, self.n - f, off, 0);
+                // p_h = x̂_h − β_h exactly (β has no low bits): one offset for every
+                // threshold, so dense thresholds form one window of high positions.
+                let (h, k) = self.point(f, self.n - f, 0, beta >> f);
                 self.families[h as usize].eq = true;
                 SplitBit { a: LinBit::term(Term::Lt(h, k)), q: LinBit::term(Term::Eq(h, k)) }
             }
@@ -262,6 +263,46 @@ impl Families {
         }
         (out, maps)
     }
+}
+
+impl Families {
+    /// For a split at `f` and `β` a multiple of `2^f`: `1[h₀ < β >> f]` for the high part
+    /// `h₀ = x̂_h − r_h` that ignores the carry (the XOR-linear part of [`Families::below`]).
+    pub fn below_high(&mut self, f: u32, beta: u64) -> LinBit {
+        let n = self.n;
+        debug_assert!(beta & mask(f) == 0, "a split threshold has no low bits");
+        if beta == 0 {
+            return LinBit::constant(false);
+        }
+        let (h, k) = self.point(f, n - f, 0, beta >> f);
+        let (h0, k0) = self.point(f, n - f, 0, 0);
+        // 1[x̂_h < β_h] = 1[x̂ < β] since β has no low bits.
+        LinBit::term(Term::Lt(h, k))
+            .xor(&LinBit::term(Term::Lt(h0, k0)))
+            .xor(&LinBit::term(Term::Below(n, beta)))
+    }
+}
+
+/// [`step_bits`] of the high part `h₀ = x̂_h − r_h` of a split at `f`, every start a
+/// multiple of `2^f`: the bits of `v` at `h₀·2^f` (no carry).
+pub fn step_bits_high(
+    fams: &mut Families,
+    f: u32,
+    starts: &[u64],
+    values: &[u64],
+    width: u32,
+) -> Vec<LinBit> {
+    (0..width)
+        .map(|j| {
+            let mut acc = LinBit::constant((values[0] >> j) & 1 == 1);
+            for k in 1..starts.len() {
+                if ((values[k] ^ values[k - 1]) >> j) & 1 == 1 {
+                    acc = acc.xor(&fams.below_high(f, starts[k]).not());
+                }
+            }
+            acc
+        })
+        .collect()
 }
 
 /// Renumber a bit's points after [`Families::finish`].

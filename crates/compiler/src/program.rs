@@ -16,7 +16,7 @@ use std::collections::HashMap;
 
 use fss::ring::mask;
 
-use crate::predicate::{Families, Family, FullWidth, LinBit, SplitBit, renumber, step_bits};
+use crate::predicate::{Families, Family, FullWidth, LinBit, SplitBit, renumber, step_bits, step_bits_high};
 use crate::spec::{Atom, BoolExpr, Kind, Node, OperatorSpec, Output, SpecError, word};
 use crate::sym::{Mono, PVar, SVar, Sym, valuation};
 
@@ -340,7 +340,7 @@ pub fn compile(spec: &OperatorSpec, options: CompileOptions) -> Result<Program, 
     let mut first_err = None;
     for &split in &splits {
         for &lookup in &lookups {
-            let mode = match (split, shift_amount(&spec)) {
+            let mode = match (split, shift_amount(&spec).or_else(|| aligned_shift(&spec))) {
                 (true, Some(f)) => FullWidth::Split(f),
                 (true, None) if options.split == Some(true) => {
                     return Err(SpecError::Phi { node: 0, msg: "a split needs exactly one shift".into() });
@@ -387,6 +387,16 @@ pub fn reduced_view_shift(spec: &OperatorSpec) -> Option<u32> {
     let n = spec.in_bits;
     let s = spec.boundaries.iter().skip(1).map(|b| b.trailing_zeros()).min().unwrap_or(n).min(n);
     (n - s <= MAX_TABLE_BITS && n > s && spec.bool_count() == 0 && spec.phi.is_none()).then_some(s)
+}
+
+/// For a spec without shifts whose boundaries are all multiples of `2^s` (`s ≥ 1`): `s`.
+/// Its full-width comparisons can then be split into a key on the high `n − s` bits and
+/// an `s`-bit carry key, like a shift's (compiled-gates.md §4.1): a uniform table of rows
+/// reads a few hundred high positions instead of a window over every low position.
+fn aligned_shift(spec: &OperatorSpec) -> Option<u32> {
+    let n = spec.in_bits;
+    let s = spec.boundaries.iter().skip(1).map(|b| b.trailing_zeros()).min()?.min(n);
+    (s >= 1 && s < n).then_some(s)
 }
 
 /// The shift of the spec's `Shr` nodes, if they all use one amount.
@@ -1065,6 +1075,51 @@ impl<'a> Lower<'a> {
         if vals.iter().all(|&v| v == vals[0]) {
             return Sym::constant(l, vals[0]);
         }
+        if let FullWidth::Split(f) = self.fams.mode()
+            && self.spec.boundaries.iter().all(|&b| b & mask(f) == 0)
+        {
+            return self.step_sym_split(f, vals);
+        }
+        self.step_value(&self.spec.boundaries.clone(), vals, None)
+    }
+
+    /// A step function whose starts are all multiples of `2^f`, with the comparisons split
+    /// at `f`. With `h₀ = x̂_h − r_h` and the carry `c`, the high part of `x` is `h₀ − c`,
+    /// so `V(x) = V(h₀) − c·(V(h₀) − V(h₀ − 1))`: two step functions of `h₀` (no equality
+    /// shares) and one product of opened bits. Per value bit this opens one bit and costs
+    /// one or two words, where splitting each bit as `a ⊕ q∧c` costs two bits and seven
+    /// words.
+    fn step_sym_split(&mut self, f: u32, vals: &[u64]) -> Sym {
+        let (l, n) = (self.l(), self.n());
+        let m = mask(l);
+        let starts = self.spec.boundaries.clone();
+        let t = starts.len();
+        // V(h) − V(h − 1): the jump into interval k on its first row, 0 on its other rows.
+        let (mut ds, mut dv) = (vec![], vec![]);
+        for k in 0..t {
+            ds.push(starts[k]);
+            dv.push(vals[k].wrapping_sub(vals[(k + t - 1) % t]) & m);
+            let end = starts[k] as u128 + (1u128 << f);
+            let next = starts.get(k + 1).map_or(1u128 << n, |&b| b as u128);
+            if end < next {
+                ds.push(end as u64);
+                dv.push(0);
+            }
+        }
+        let v0 = self.step_value(&starts, vals, Some(f));
+        let jump = self.step_value(&ds, &dv, Some(f));
+        let c = self.fams.carry(f);
+        let c = self.arith(&BExpr::Leaf(c));
+        v0.sub(&c.mul(&jump).expect("opened bits"))
+    }
+
+    /// A step function with `vals` on the intervals from `starts`: over the whole input, or
+    /// (`high = Some(f)`) over the high part `h₀` of a split at `f`.
+    fn step_value(&mut self, starts: &[u64], vals: &[u64], high: Option<u32>) -> Sym {
+        let l = self.l();
+        if vals.iter().all(|&v| v == vals[0]) {
+            return Sym::constant(l, vals[0]);
+        }
         // Base: the value just after the largest cyclic gap, so the offsets are small.
         let mut sorted: Vec<u64> = vals.to_vec();
         sorted.sort_unstable();
@@ -1081,10 +1136,14 @@ impl<'a> Lower<'a> {
         let offs: Vec<u64> = vals.iter().map(|&v| v.wrapping_sub(base) & m).collect();
         let top = offs.iter().copied().max().unwrap_or(0);
         let width = 64 - top.leading_zeros();
-        let bits = step_bits(&mut self.fams, &self.spec.boundaries, &offs, width);
+        let bits: Vec<BExpr> = match high {
+            Some(f) => {
+                step_bits_high(&mut self.fams, f, starts, &offs, width).into_iter().map(BExpr::Leaf).collect()
+            }
+            None => step_bits(&mut self.fams, starts, &offs, width).into_iter().map(|b| self.sb(b)).collect(),
+        };
         let mut out = Sym::constant(l, base);
-        for (t, b) in bits.into_iter().enumerate() {
-            let e = self.sb(b);
+        for (t, e) in bits.into_iter().enumerate() {
             let a = self.arith(&e);
             out = out.add(&a.scale(1u64 << t));
         }

@@ -14,6 +14,8 @@ fn small() -> Vec<OperatorSpec> {
         gelu(10, 14, 4, GeluForm::Erf),
         gelu(11, 11, 4, GeluForm::Tanh),
         silu(11, 13, 3),
+        gelu_rows(12, 14, 4, GeluForm::Erf, 2),
+        silu_rows(12, 13, 3, 1),
         sigmoid(10, 12, 4),
         tanh(9, 12, 4),
         nexp(10, 14, 4),
@@ -66,6 +68,12 @@ fn full_width_at_37_and_50() {
         ];
         for (i, s) in specs.iter().enumerate() {
             full_width(s, CompileOptions::default(), 300, (n as u64) << 8 | i as u64);
+        }
+        // Row tables, with the comparison split at the rows (the smaller key may not be).
+        for (i, s) in [gelu_rows(n - f, n, f, GeluForm::Erf, 6), silu_rows(n, n, f, 6)].iter().enumerate() {
+            let split = CompileOptions { split: Some(true), ..CompileOptions::default() };
+            full_width(s, split, 300, (n as u64) << 8 | 64 | i as u64);
+            full_width(s, CompileOptions::default(), 100, (n as u64) << 8 | 96 | i as u64);
         }
     }
 }

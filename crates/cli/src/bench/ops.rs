@@ -104,6 +104,14 @@ pub struct OpsBenchArgs {
     /// most `2^{quantum−1}` ulps, about `2^quantum` times fewer intervals; 0 is exact rounding).
     #[arg(long, default_value_t = 0)]
     quantum: u32,
+    /// Compiled GeLU and SiLU: read the residual from rows of `2^rows` ulps instead
+    /// (`library::gelu_rows`; 0 keeps the exactly rounded or `--quantum` spec).
+    #[arg(long, default_value_t = 0)]
+    rows: u32,
+    /// Split full-width comparisons into a high key and a low carry (`true`), keep one key
+    /// (`false`), or let the compiler pick the smaller key (unset).
+    #[arg(long)]
+    split: Option<bool>,
     /// Key memory per party a compiled row may use; rows whose keys are larger run on fewer
     /// elements (the row's `elements` says how many).
     #[arg(long, default_value_t = 1 << 30)]
@@ -505,7 +513,7 @@ fn options(a: &OpsBenchArgs) -> CompileOptions {
             LookupChoice::ReducedView => Some(LookupBackend::ReducedView { shift: 0 }),
             LookupChoice::Dcf => Some(LookupBackend::Dcf),
         },
-        split: None,
+        split: a.split,
     }
 }
 
@@ -599,10 +607,15 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
         "gelu" | "gelu_mode0" | "gelu_tanh" | "silu" => {
             let in_bits = if op == "gelu" { m1 } else { n };
             let (spec, func) = match op {
+                "silu" if a.rows > 0 => (library::silu_rows(in_bits, n, f, a.rows), Function::Silu),
                 "silu" => (library::silu_coarse(in_bits, n, f, a.quantum), Function::Silu),
+                "gelu_tanh" if a.rows > 0 => {
+                    (library::gelu_rows(in_bits, n, f, GeluForm::Tanh, a.rows), Function::GeluTanh)
+                }
                 "gelu_tanh" => {
                     (library::gelu_coarse(in_bits, n, f, GeluForm::Tanh, a.quantum), Function::GeluTanh)
                 }
+                _ if a.rows > 0 => (library::gelu_rows(in_bits, n, f, GeluForm::Erf, a.rows), Function::Gelu),
                 _ => (library::gelu_coarse(in_bits, n, f, GeluForm::Erf, a.quantum), Function::Gelu),
             };
             let x = activation_inputs(ring, rng, e, in_bits, one);
