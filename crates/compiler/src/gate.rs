@@ -694,16 +694,16 @@ impl CompiledGate {
                         par ^= m
                             .iter()
                             .zip(&lt[*f][e * w..(e + 1) * w])
-                            .map(|(a, b)| (a & b).count_ones())
-                            .sum::<u32>();
+                            .fold(0u64, |acc, (a, b)| acc ^ (a & b))
+                            .count_ones();
                     }
                     for (f, m) in &leaf.eq {
                         let w = m.len();
                         par ^= m
                             .iter()
                             .zip(&eq[*f][e * w..(e + 1) * w])
-                            .map(|(a, b)| (a & b).count_ones())
-                            .sum::<u32>();
+                            .fold(0u64, |acc, (a, b)| acc ^ (a & b))
+                            .count_ones();
                     }
                     for (f, ri, rm) in &leaf.runs {
                         let win = &windows[*f][*ri];
@@ -718,8 +718,9 @@ impl CompiledGate {
                         let lt_a = (lt[*f][e * w + a / 64] >> (a % 64)) & 1 == 1;
                         par ^= ((rm.total ^ cw) & lt_a) as u32;
                         par ^= (cw & win.suffix[e]) as u32;
-                        par ^= rm.lt.iter().zip(bits).map(|(x, y)| (x & y).count_ones()).sum::<u32>();
-                        par ^= rm.eq.iter().zip(bits).map(|(x, y)| (x & y).count_ones()).sum::<u32>();
+                        // Only the parity counts: XOR the words, count once.
+                        let fold = |m: &[u64]| m.iter().zip(bits).fold(0u64, |acc, (x, y)| acc ^ (x & y));
+                        par ^= (fold(&rm.lt) ^ fold(&rm.eq)).count_ones();
                     }
                     if party0 {
                         par ^= leaf.konst as u32;
@@ -1003,9 +1004,8 @@ struct Window {
 /// Parity of bits `from..` of `bits`.
 fn parity_from(bits: &[u64], from: usize) -> bool {
     let (i, sh) = (from / 64, from % 64);
-    let mut c = bits.get(i).map_or(0, |&x| (x >> sh).count_ones());
-    c += bits.iter().skip(i + 1).map(|x| x.count_ones()).sum::<u32>();
-    c & 1 == 1
+    let first = bits.get(i).map_or(0, |&x| x >> sh);
+    (bits.iter().skip(i + 1).fold(first, |acc, &x| acc ^ x).count_ones() & 1) == 1
 }
 
 /// Up to this many points per element are evaluated lane by lane rather than by a trie walk.

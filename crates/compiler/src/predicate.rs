@@ -97,6 +97,27 @@ impl LinBit {
         LinBit { konst: self.konst ^ o.konst, terms }
     }
 
+    /// The XOR of many bits at once: sorts their terms once and cancels pairs, where folding
+    /// with [`LinBit::xor`] would cost the accumulated length at every step.
+    pub fn xor_all<'a>(bits: impl IntoIterator<Item = &'a LinBit>) -> LinBit {
+        let mut konst = false;
+        let mut all = vec![];
+        for b in bits {
+            konst ^= b.konst;
+            all.extend_from_slice(&b.terms);
+        }
+        all.sort_unstable();
+        let mut terms = Vec::with_capacity(all.len());
+        for t in all {
+            if terms.last() == Some(&t) {
+                terms.pop();
+            } else {
+                terms.push(t);
+            }
+        }
+        LinBit { konst, terms }
+    }
+
     /// `¬self`.
     pub fn not(&self) -> LinBit {
         LinBit { konst: !self.konst, terms: self.terms.clone() }
@@ -294,13 +315,13 @@ pub fn step_bits_high(
 ) -> Vec<LinBit> {
     (0..width)
         .map(|j| {
-            let mut acc = LinBit::constant((values[0] >> j) & 1 == 1);
+            let mut bits = vec![LinBit::constant((values[0] >> j) & 1 == 1)];
             for k in 1..starts.len() {
                 if ((values[k] ^ values[k - 1]) >> j) & 1 == 1 {
-                    acc = acc.xor(&fams.below_high(f, starts[k]).not());
+                    bits.push(fams.below_high(f, starts[k]).not());
                 }
             }
-            acc
+            LinBit::xor_all(&bits)
         })
         .collect()
 }
@@ -328,13 +349,15 @@ pub fn step_bits(fams: &mut Families, starts: &[u64], values: &[u64], width: u32
     let n = fams.n();
     (0..width)
         .map(|j| {
-            let mut acc = SplitBit::lin(LinBit::constant((values[0] >> j) & 1 == 1));
+            let (mut a, mut q) = (vec![LinBit::constant((values[0] >> j) & 1 == 1)], vec![]);
             for k in 1..starts.len() {
                 if ((values[k] ^ values[k - 1]) >> j) & 1 == 1 {
-                    acc = acc.xor(&fams.below(n, starts[k]).not());
+                    let b = fams.below(n, starts[k]).not();
+                    a.push(b.a);
+                    q.push(b.q);
                 }
             }
-            acc
+            SplitBit { a: LinBit::xor_all(&a), q: LinBit::xor_all(&q) }
         })
         .collect()
 }
@@ -342,6 +365,27 @@ pub fn step_bits(fams: &mut Families, starts: &[u64], values: &[u64], width: u32
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn xor_all_equals_folding_xor() {
+        // Bits with overlapping terms (repeats cancel in pairs, odd counts stay).
+        let bits: Vec<LinBit> = (0..40u32)
+            .map(|i| {
+                let mut b = LinBit::constant(i % 3 == 0);
+                for k in 0..(i % 7) {
+                    b = b.xor(&LinBit::term(Term::Lt((k % 2) as u16, (i * 7 + k * 13) % 23)));
+                }
+                if i % 5 == 0 {
+                    b = b.xor(&LinBit::term(Term::Below(8, i as u64)));
+                }
+                b
+            })
+            .collect();
+        for len in [0, 1, 2, 17, 40] {
+            let folded = bits[..len].iter().fold(LinBit::default(), |a, b| a.xor(b));
+            assert_eq!(LinBit::xor_all(&bits[..len]), folded, "{len} bits");
+        }
+    }
 
     #[test]
     fn xor_cancels_and_not_flips() {
