@@ -830,9 +830,25 @@ impl BitDpfKeys {
         let prg = Prg::global();
         let mut w = Walk::resume(&seeds, &t, &acc, &prev);
         let mut enc = w.buffers();
+        // Lanes of one key come together: runs of them descend with constant correction words.
+        let runs: Vec<(usize, usize)> = keys
+            .chunk_by(|a, b| a == b)
+            .scan(0, |at, run| {
+                let r = (*at, run.len());
+                *at += run.len();
+                Some(r)
+            })
+            .collect();
+        let by_runs = runs.len() * 8 <= m;
         for i in from..levels - 1 {
             w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
-            w.descend_all::<true>(&enc, &self.tree, i, key, &pts, n - 1 - i);
+            if by_runs {
+                for &(a, len) in &runs {
+                    w.descend_one_key::<true>(&enc, &self.tree, i, keys[a], a, &pts[a..a + len], n - 1 - i);
+                }
+            } else {
+                w.descend_all::<true>(&enc, &self.tree, i, key, &pts, n - 1 - i);
+            }
         }
         let shift = n - levels;
         w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);

@@ -129,27 +129,51 @@ impl Walk {
         if m > 0 && (0..m).all(|k| key(k) == key(0) + k) {
             let f = key(0);
             let cw = (&sl[f..f + m], &sh[f..f + m], &tl[f..f + m], &tr[f..f + m]);
-            self.descend_with::<PARITY>(enc, cw, i, |k| k, points, shift);
+            self.descend_with::<PARITY>(enc, cw, i, |k| k, 0, points, shift);
         } else {
-            self.descend_with::<PARITY>(enc, (sl, sh, tl, tr), i, key, points, shift);
+            self.descend_with::<PARITY>(enc, (sl, sh, tl, tr), i, key, 0, points, shift);
         }
     }
 
-    /// [`Walk::descend_all`] with the level's seed and control correction words given.
+    /// [`Walk::descend_all`] for lanes `at..at + points.len()`, which all evaluate key `g`:
+    /// the correction words are constants of the loop, which then vectorises (lone points of
+    /// one key resuming together, as in a row's comparison at thousands of thresholds).
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn descend_one_key<const PARITY: bool>(
+        &mut self,
+        enc: &[Vec<AesBlock>; 2],
+        tree: &TreeKeys,
+        i: u32,
+        g: usize,
+        at: usize,
+        points: &[u64],
+        shift: u32,
+    ) {
+        let (sl, sh) = tree.scw_level(i);
+        let cw = (&sl[g..=g], &sh[g..=g], &tree.tcw_left[g..=g], &tree.tcw_right[g..=g]);
+        self.descend_with::<PARITY>(enc, cw, i, |_| 0, at, points, shift);
+    }
+
+    /// [`Walk::descend_all`] for lanes `at..at + points.len()` with the level's seed and
+    /// control correction words given.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn descend_with<const PARITY: bool>(
         &mut self,
         enc: &[Vec<AesBlock>; 2],
         (sl, sh, tl, tr): (&[u64], &[u64], &[u64], &[u64]),
         i: u32,
         key: impl Fn(usize) -> usize,
+        at: usize,
         points: &[u64],
         shift: u32,
     ) {
         let m = points.len();
-        let (e0, e1) = (&enc[0][..m], &enc[1][..m]);
-        let (lo, hi, t) = (&mut self.lo[..m], &mut self.hi[..m], &mut self.t[..m]);
-        let (acc, prev, sig) = (&mut self.acc[..m], &mut self.prev[..m], &mut self.sig[..m]);
+        let r = at..at + m;
+        let (e0, e1) = (&enc[0][r.clone()], &enc[1][r.clone()]);
+        let (lo, hi, t) = (&mut self.lo[r.clone()], &mut self.hi[r.clone()], &mut self.t[r.clone()]);
+        let (acc, prev, sig) = (&mut self.acc[r.clone()], &mut self.prev[r.clone()], &mut self.sig[r]);
         for k in 0..m {
             let kk = key(k);
             let sel = ((points[k] >> shift) & 1).wrapping_neg();

@@ -185,6 +185,38 @@ fn bitdpf_large_domains_edge_and_random() {
     }
 }
 
+/// Lone points that leave the trie together: many per key (they descend key by key, with
+/// constant correction words) and one or two per key (lane by lane), mixed in one call.
+#[test]
+fn bitdpf_trie_with_many_lone_points_per_key() {
+    let mut r = rng(41);
+    let n = 50;
+    for per_key in [[1usize, 2, 1, 2], [300, 1, 300, 2], [300, 300, 300, 300]] {
+        let keys = 24;
+        let alphas: Vec<u64> = (0..keys).map(|_| r.next_u64() & mask(n)).collect();
+        let (k0, k1) = bitdpf::keygen(BitDpfParams::new(n).unwrap(), &alphas, &mut r).unwrap();
+        let (mut idx, mut pts, mut offsets) = (vec![], vec![], vec![0]);
+        for (i, &a) in alphas.iter().enumerate() {
+            // Spread points (each alone below the top levels) and a few next to α.
+            let mut ys: Vec<u64> = (0..per_key[i % 4]).map(|_| r.next_u64() & mask(n)).collect();
+            ys.extend([a, a.wrapping_add(1) & mask(n)]);
+            ys.sort_unstable();
+            idx.extend(std::iter::repeat_n(i as u32, ys.len()));
+            pts.extend(ys);
+            offsets.push(pts.len());
+        }
+        let blank = vec![CmpShares::default(); pts.len()];
+        let (mut l0, mut t0, mut t1) = (blank.clone(), blank.clone(), blank);
+        k0.eval_indexed(&idx, &pts, &mut l0).unwrap();
+        k0.eval_sorted(&pts, &offsets, &mut t0).unwrap();
+        k1.eval_sorted(&pts, &offsets, &mut t1).unwrap();
+        assert_eq!(t0, l0, "trie and lanes agree ({per_key:?})");
+        for (j, &y) in pts.iter().enumerate() {
+            check_cmp(t0[j], t1[j], y, alphas[idx[j] as usize], &format!("{per_key:?} point {j}"));
+        }
+    }
+}
+
 #[test]
 fn one_key_answers_every_public_threshold() {
     // Exhaustive over (r, x, c) for n = 6 (truth-table keys) and edge masks at n = 9 (trees).
