@@ -562,23 +562,20 @@ impl CompiledGate {
                         let sub = plan.sparse.len();
                         let keys = key.cmp[fi].slice(e0, e1);
                         if sub <= FEW_POINTS {
-                            // A few points per element: one lane each, no trie.
+                            // A few points per element: one lane each, no trie. Point by
+                            // point, lane e evaluates key e: consecutive keys, whose walk
+                            // reads correction words as slices and vectorises.
                             let m = mask(f.bits);
-                            s.pts.clear();
-                            s.idx.clear();
-                            for (e, &x) in xh[e0..e1].iter().enumerate() {
-                                for &k in &plan.sparse {
-                                    let (off, b) = f.points[k];
-                                    s.pts.push(f.view(n, x, off).wrapping_sub(b) & m);
-                                    s.idx.push(e as u32);
-                                }
-                            }
-                            s.cmp.clear();
-                            s.cmp.resize(s.pts.len(), CmpShares::default());
-                            keys.eval_indexed(&s.idx, &s.pts, &mut s.cmp)?;
-                            for e in 0..e1 - e0 {
-                                for (j, &k) in plan.sparse.iter().enumerate() {
-                                    let c = s.cmp[e * sub + j];
+                            for &k in &plan.sparse {
+                                let (off, b) = f.points[k];
+                                s.pts.clear();
+                                s.pts.extend(
+                                    xh[e0..e1].iter().map(|&x| f.view(n, x, off).wrapping_sub(b) & m),
+                                );
+                                s.cmp.clear();
+                                s.cmp.resize(s.pts.len(), CmpShares::default());
+                                keys.eval(&s.pts, &mut s.cmp)?;
+                                for (e, c) in s.cmp.iter().enumerate() {
                                     lt_f[e * w + k / 64] |= (c.lt.0 as u64) << (k % 64);
                                     if f.eq {
                                         eq_f[e * w + k / 64] |= (c.eq.0 as u64) << (k % 64);
