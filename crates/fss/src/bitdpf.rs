@@ -519,15 +519,49 @@ impl BitDpfKeys {
             blocks.clear();
             blocks.resize(block_at[count], 0);
             // Nodes, structure of arrays: seed halves and the control bit as a mask.
-            let root = |t: &Task| self.tree.roots[k0 + t.key];
-            lo.clear();
-            lo.extend(tasks.iter().map(|t| root(t) as u64));
-            hi.clear();
-            hi.extend(tasks.iter().map(|t| (root(t) >> 64) as u64));
-            tm.clear();
-            tm.resize(tasks.len(), (self.party.bit() as u64).wrapping_neg());
             let prg = Prg::global();
-            for i in 0..levels {
+            // Above depth `top`, a task's range lies under at most two nodes (those of its
+            // first and last block): walk those two paths as vectorised lanes (one per key,
+            // in key order) instead of expanding the task level by level.
+            let span = tasks.iter().map(|t| t.hi - t.lo + 1).max().unwrap_or(1);
+            // (The last level's children are leaf blocks: the walk stops above it.)
+            let top = levels.saturating_sub(64 - (span - 1).leading_zeros()).min(levels - 1);
+            lo.clear();
+            hi.clear();
+            tm.clear();
+            if top >= 2 {
+                let below = levels - top;
+                let path = |first: bool| -> Walk {
+                    let pts: Vec<u64> =
+                        tasks.iter().map(|t| if first { t.lo } else { t.hi } >> below).collect();
+                    let key = |k: usize| k0 + tasks[k].key;
+                    let mut w = Walk::new(tasks.len(), |k| self.tree.roots[key(k)], self.party.bit());
+                    let mut enc = w.buffers();
+                    for i in 0..top {
+                        w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
+                        w.descend_all::<false>(&enc, &self.tree, i, key, &pts, top - 1 - i);
+                    }
+                    w
+                };
+                let (a, b) = (path(true), path(false));
+                for (k, t) in tasks.iter_mut().enumerate() {
+                    let (pa, pb) = (t.lo >> below, t.hi >> below);
+                    (t.n0, t.m, t.p0) = (lo.len(), (pb - pa + 1) as usize, pa);
+                    let both = [&a, &b];
+                    for w in &both[..t.m] {
+                        lo.push(w.lo[k]);
+                        hi.push(w.hi[k]);
+                        tm.push(w.t[k]);
+                    }
+                }
+            } else {
+                let root = |t: &Task| self.tree.roots[k0 + t.key];
+                lo.extend(tasks.iter().map(|t| root(t) as u64));
+                hi.extend(tasks.iter().map(|t| (root(t) >> 64) as u64));
+                tm.resize(tasks.len(), (self.party.bit() as u64).wrapping_neg());
+            }
+            let top = if top >= 2 { top } else { 0 };
+            for i in top..levels {
                 let below = levels - 1 - i;
                 // The AES inputs σ(s) of every task's nodes, packed; `ctm` their control masks.
                 // A task's nodes move to `n0..n0 + m` of the packed arrays.
