@@ -145,6 +145,17 @@ fn from_starts(mut starts: Vec<u64>, piece: impl Fn(u64) -> Piece) -> (Vec<u64>,
     (b, p)
 }
 
+/// `x mod 2^n` as an `n`-bit word.
+fn unsigned_of(x: i64, n: u32) -> u64 {
+    ((x as i128).rem_euclid(modulus(n) as i128)) as u64
+}
+
+/// The piece `ReLU(x) − dv` at a signed input `x`.
+fn relu_minus(x: i64, dv: i64) -> Piece {
+    let poly = if x >= 0 { vec![-(dv as i128), 1] } else { vec![-(dv as i128)] };
+    Piece { polys: vec![poly], ..Piece::default() }
+}
+
 fn signed_of(x: u64, n: u32) -> i64 {
     if n < 64 && x >= half(n) { x as i64 - (1i64 << n) } else { x as i64 }
 }
@@ -192,18 +203,15 @@ fn relu_minus_residual(
         }
     }
     assert_eq!(prev, 0, "the residual must vanish within its reach");
-    let nn = modulus(n_in);
     let mut starts = vec![0, half(n_in)];
     for &v in &changes {
         starts.push(v);
         // x = −v + 1 is the first negative input with |x| < v.
-        starts.push(((nn - v as u128 + 1) % nn) as u64);
+        starts.push(unsigned_of(1 - v as i64, n_in));
     }
     let (b, p) = from_starts(starts, |s| {
         let x = signed_of(s, n_in);
-        let dv = if x.unsigned_abs() > limit { 0 } else { d(x.unsigned_abs()) };
-        let poly = if x >= 0 { vec![-(dv as i128), 1] } else { vec![-(dv as i128)] };
-        Piece { polys: vec![poly], ..Piece::default() }
+        relu_minus(x, if x.unsigned_abs() > limit { 0 } else { d(x.unsigned_abs()) })
     });
     spec(name, n_in, l, true, f, b, p)
 }
@@ -242,19 +250,12 @@ fn relu_minus_rows(
         round_half_up((lo + hi) / 2.0 * one)
     };
     let table: Vec<i64> = (0..rows).map(row_value).collect();
-    let nn = modulus(n_in);
-    let to_u = |x: i64| ((x as i128).rem_euclid(nn as i128)) as u64;
-    let mut starts = vec![0, half(n_in), to_u(limit as i64)];
-    starts.extend((0..rows).map(|i| to_u(i as i64 * (1i64 << s) - limit as i64)));
+    let mut starts = vec![0, half(n_in), limit];
+    starts.extend((0..rows).map(|i| unsigned_of(i as i64 * (1i64 << s) - limit as i64, n_in)));
     let (b, p) = from_starts(starts, |u| {
         let x = signed_of(u, n_in);
-        let dv = if x < -(limit as i64) || x >= limit as i64 {
-            0
-        } else {
-            table[((x + limit as i64) >> s) as usize]
-        };
-        let poly = if x >= 0 { vec![-(dv as i128), 1] } else { vec![-(dv as i128)] };
-        Piece { polys: vec![poly], ..Piece::default() }
+        let inside = x >= -(limit as i64) && x < limit as i64;
+        relu_minus(x, if inside { table[((x + limit as i64) >> s) as usize] } else { 0 })
     });
     spec(name, n_in, l, true, f, b, p)
 }
@@ -341,8 +342,7 @@ fn rounded_step(name: String, func: Function, n_in: u32, l: u32, f: u32, reach: 
     let one = (1u64 << f) as f64;
     let limit = (reach << f).min(half(n_in) - 1) as i64;
     let y = |x: i64| -> i64 { round_half_up(func.f64(x.clamp(-limit, limit) as f64 / one) * one) };
-    let nn = modulus(n_in);
-    let to_u = |x: i64| ((x as i128).rem_euclid(nn as i128)) as u64;
+    let to_u = |x: i64| unsigned_of(x, n_in);
     let mut starts = vec![0, half(n_in)];
     let mut prev = y(-limit);
     for x in -limit + 1..=limit {
@@ -479,8 +479,7 @@ pub fn truncate(n: u32, f: u32) -> OperatorSpec {
 
 /// `min(max(x, lo), hi)` for a signed `n`-bit input, `lo ≤ 0 ≤ hi`.
 pub fn clip(n: u32, lo: i64, hi: i64) -> OperatorSpec {
-    let nn = modulus(n);
-    let to_u = |x: i64| ((x as i128).rem_euclid(nn as i128)) as u64;
+    let to_u = |x: i64| unsigned_of(x, n);
     let starts = vec![0, to_u(hi) + 1, half(n), to_u(lo)];
     let (b, p) = from_starts(starts, |s| {
         let x = signed_of(s, n);

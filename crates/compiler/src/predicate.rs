@@ -316,14 +316,15 @@ pub fn step_bits_high(
     (0..width)
         .map(|j| {
             let mut bits = vec![LinBit::constant((values[0] >> j) & 1 == 1)];
-            for k in 1..starts.len() {
-                if ((values[k] ^ values[k - 1]) >> j) & 1 == 1 {
-                    bits.push(fams.below_high(f, starts[k]).not());
-                }
-            }
+            bits.extend(flips(starts, values, j).map(|beta| fams.below_high(f, beta).not()));
             LinBit::xor_all(&bits)
         })
         .collect()
+}
+
+/// The starts where bit `j` of a step function's value changes.
+fn flips<'a>(starts: &'a [u64], values: &'a [u64], j: u32) -> impl Iterator<Item = u64> + 'a {
+    (1..starts.len()).filter(move |&k| ((values[k] ^ values[k - 1]) >> j) & 1 == 1).map(move |k| starts[k])
 }
 
 /// Renumber a bit's points after [`Families::finish`].
@@ -350,12 +351,10 @@ pub fn step_bits(fams: &mut Families, starts: &[u64], values: &[u64], width: u32
     (0..width)
         .map(|j| {
             let (mut a, mut q) = (vec![LinBit::constant((values[0] >> j) & 1 == 1)], vec![]);
-            for k in 1..starts.len() {
-                if ((values[k] ^ values[k - 1]) >> j) & 1 == 1 {
-                    let b = fams.below(n, starts[k]).not();
-                    a.push(b.a);
-                    q.push(b.q);
-                }
+            for beta in flips(starts, values, j) {
+                let b = fams.below(n, beta).not();
+                a.push(b.a);
+                q.push(b.q);
             }
             SplitBit { a: LinBit::xor_all(&a), q: LinBit::xor_all(&q) }
         })

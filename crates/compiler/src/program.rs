@@ -1080,7 +1080,8 @@ impl<'a> Lower<'a> {
         {
             return self.step_sym_split(f, vals);
         }
-        self.step_value(&self.spec.boundaries.clone(), vals, None)
+        let spec = self.spec;
+        self.step_value(&spec.boundaries, vals, None)
     }
 
     /// A step function whose starts are all multiples of `2^f`, with the comparisons split
@@ -1092,7 +1093,7 @@ impl<'a> Lower<'a> {
     fn step_sym_split(&mut self, f: u32, vals: &[u64]) -> Sym {
         let (l, n) = (self.l(), self.n());
         let m = mask(l);
-        let starts = self.spec.boundaries.clone();
+        let starts = &self.spec.boundaries;
         let t = starts.len();
         // V(h) − V(h − 1): the jump into interval k on its first row, 0 on its other rows.
         let (mut ds, mut dv) = (vec![], vec![]);
@@ -1106,7 +1107,7 @@ impl<'a> Lower<'a> {
                 dv.push(0);
             }
         }
-        let v0 = self.step_value(&starts, vals, Some(f));
+        let v0 = self.step_value(starts, vals, Some(f));
         let jump = self.step_value(&ds, &dv, Some(f));
         let c = self.fams.carry(f);
         let c = self.arith(&BExpr::Leaf(c));

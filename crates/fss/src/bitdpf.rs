@@ -526,10 +526,12 @@ impl BitDpfKeys {
             let span = tasks.iter().map(|t| t.hi - t.lo + 1).max().unwrap_or(1);
             // (The last level's children are leaf blocks: the walk stops above it.)
             let top = levels.saturating_sub(64 - (span - 1).leading_zeros()).min(levels - 1);
+            // One or two levels are not worth a separate walk.
+            let top = if top >= 2 { top } else { 0 };
             lo.clear();
             hi.clear();
             tm.clear();
-            if top >= 2 {
+            if top > 0 {
                 let below = levels - top;
                 let path = |first: bool| -> Walk {
                     let pts: Vec<u64> =
@@ -560,7 +562,6 @@ impl BitDpfKeys {
                 hi.extend(tasks.iter().map(|t| (root(t) >> 64) as u64));
                 tm.resize(tasks.len(), (self.party.bit() as u64).wrapping_neg());
             }
-            let top = if top >= 2 { top } else { 0 };
             for i in top..levels {
                 let below = levels - 1 - i;
                 // The AES inputs σ(s) of every task's nodes, packed; `ctm` their control masks.
