@@ -420,11 +420,30 @@ pub fn reciprocal(f: u32, cols: u64, l: u32) -> OperatorSpec {
 /// `2^f/√(v/(d·2^{2f}))` for a non-negative sum of squares `v` at scale `2f` (`1/σ` of a
 /// row of `d` at scale `f`): a floating grid with 7 mantissa bits, each cell the minimax
 /// constant; `v = 0` and negative `v` read as `v = 1` (compiled-gates.md §4.6).
+///
+/// Cells are at least [`rsqrt_floor`] ulps wide: below `σ = 2^{−6}` (rows whose values
+/// differ by a few ulps) the grid turns uniform. All boundaries are then multiples of the
+/// floor, so the comparison splits there (a key on the high bits, a window over the uniform
+/// rows) and the spec has ~40 % fewer cells than a grid down to `v = 1`.
 pub fn rsqrt(n: u32, l: u32, f: u32, d: u64) -> OperatorSpec {
+    rsqrt_with_floor(n, l, f, d, rsqrt_floor(n, f, d))
+}
+
+/// `log2` of [`rsqrt`]'s narrowest cell: the width of the 7-bit grid's cells at
+/// `σ = 2^{−6}`, i.e. at `v = d·2^{2f−12}` (0 when that is below `2^7`).
+pub fn rsqrt_floor(n: u32, f: u32, d: u64) -> u32 {
+    let log_d = 63 - d.max(1).leading_zeros();
+    (log_d + 2 * f).saturating_sub(19).min(n.saturating_sub(9))
+}
+
+/// [`rsqrt`] with cells at least `2^floor` ulps wide: uniform rows of `2^floor` below
+/// `2^{floor+7}`, 128 cells per octave above (`floor = 0`: the grid down to `v = 1`).
+pub fn rsqrt_with_floor(n: u32, l: u32, f: u32, d: u64, floor: u32) -> OperatorSpec {
+    assert!(floor + 8 < n, "the floor leaves no octave");
     let num = (1u128 << f) as f64 * ((d as f64) * (1u128 << (2 * f)) as f64).sqrt();
     let g = |v: f64| num / v.sqrt();
-    let mut starts: Vec<u64> = (0..128u64).collect();
-    for e in 7..n - 1 {
+    let mut starts: Vec<u64> = (0..128u64).map(|j| j << floor).collect();
+    for e in 7 + floor..n - 1 {
         for j in 0..128u64 {
             starts.push((1u64 << e) + (j << (e - 7)));
         }
@@ -433,16 +452,17 @@ pub fn rsqrt(n: u32, l: u32, f: u32, d: u64) -> OperatorSpec {
     let mut ends: Vec<u64> = starts[1..].to_vec();
     ends.push(u64::MAX);
     let value = |s: u64| -> i64 {
-        if s == 0 || s >= half(n) {
+        if s >= half(n) {
             return round_half_up(g(1.0));
         }
         let i = starts.partition_point(|&t| t <= s) - 1;
-        let (a, b) = (starts[i] as f64, (ends[i] - 1) as f64);
+        // `v = 0` reads as `v = 1`.
+        let (a, b) = (starts[i].max(1) as f64, (ends[i] - 1).max(1) as f64);
         round_half_up((g(a) + g(b)) / 2.0)
     };
     let (b, p) =
         from_starts(starts.clone(), |s| Piece { polys: vec![vec![value(s) as i128]], ..Piece::default() });
-    spec(format!("rsqrt-{d}"), n, l, false, f, b, p)
+    spec(format!("rsqrt-{d}-{floor}"), n, l, false, f, b, p)
 }
 
 /// The exact arithmetic shift `⌊x / 2^f⌋` of a signed `n`-bit input; with `sign`, a second
@@ -537,7 +557,7 @@ mod tests {
         assert_eq!(r.in_bits, 19);
         assert_eq!(r.eval(0).arith[0], 32); // S = 128 → 1/128
         assert_eq!(r.eval(4096).arith[0], 4065); // minimax of 1/S on [1, 1 + 63/4096]
-        let q = rsqrt(37, 37, 12, 1);
+        let q = rsqrt_with_floor(37, 37, 12, 1, 0);
         q.validate().unwrap();
         // At most 128 integers, 128 cells per octave 2^7..2^35 and the clamp; equal
         // neighbours merge (v = 0 with v = 1, and cells of large v that round alike).
@@ -545,6 +565,24 @@ mod tests {
         let v = 3u64 << 24; // variance 3.0 at scale 24
         let y = q.eval(v).arith[0] as f64 / 4096.0;
         assert!((y - 1.0 / 3f64.sqrt()).abs() < 3e-3);
+        // The floor: cells of the grid at σ = 2^−6 (d·2^{2f−19}), at least 1.
+        assert_eq!(
+            (rsqrt_floor(37, 12, 1), rsqrt_floor(37, 12, 128), rsqrt_floor(50, 12, 1024)),
+            (5, 12, 15)
+        );
+        assert_eq!((rsqrt_floor(37, 12, 384), rsqrt_floor(14, 2, 4)), (13, 0));
+        let w = rsqrt(37, 37, 12, 1);
+        w.validate().unwrap();
+        // Uniform rows of 2^5 below 2^12, 128 cells per octave 2^12..2^35: the same cells
+        // (and values) as the full grid from σ = 2^−6 up.
+        assert!(w.pieces.len() <= 128 + 128 * 24 + 1);
+        assert!(w.boundaries.iter().all(|b| b % 32 == 0));
+        for v in [1u64 << 12, (1 << 12) + 77, 3 << 24, (1 << 35) + 12345, (1 << 36) - 1] {
+            assert_eq!(w.eval(v).arith, q.eval(v).arith, "v = {v}");
+        }
+        // Row 0 holds the minimax constant of v in [1, 31] (v = 0 reads as 1).
+        let g = |v: f64| (1u64 << 24) as f64 / v.sqrt();
+        assert_eq!(w.eval(0).arith[0] as i64, round_half_up((g(1.0) + g(31.0)) / 2.0));
     }
 
     #[test]

@@ -21,6 +21,7 @@ fn small() -> Vec<OperatorSpec> {
         nexp(10, 14, 4),
         reciprocal(4, 8, 12),
         rsqrt(12, 14, 2, 4),
+        rsqrt_with_floor(12, 14, 2, 4, 1),
         ars(9, 3, false),
         ars(9, 3, true),
         truncate(9, 4),
@@ -69,6 +70,10 @@ fn full_width_at_37_and_50() {
         for (i, s) in specs.iter().enumerate() {
             full_width(s, CompileOptions::default(), 300, (n as u64) << 8 | i as u64);
         }
+        // LayerNorm's rsqrt, split at the grid's floor.
+        let d = 384;
+        let q = rsqrt(n, n, f, d);
+        full_width(&q, compiler::composite::rsqrt_options(n, f, d), 300, (n as u64) << 8 | 32);
         // Row tables, with the comparison split at the rows (the smaller key may not be).
         for (i, s) in [gelu_rows(n - f, n, f, GeluForm::Erf, 6), silu_rows(n, n, f, 6)].iter().enumerate() {
             let split = CompileOptions { split: Some(true), ..CompileOptions::default() };

@@ -67,7 +67,7 @@ pub enum LookupChoice {
 }
 
 /// Arguments of `fusefss bench ops`.
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub struct OpsBenchArgs {
     /// Implementation to measure.
     #[arg(long = "impl", value_enum, default_value = "sigma")]
@@ -657,7 +657,9 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
             let x = rsqrt_inputs(rng, e, f, RSQRT_D);
             let err = rsqrt_error(n, f, RSQRT_D, eval(&spec));
             let shape = format!("{e}, d = {RSQRT_D}, sigma in [0.1, 10], {} intervals", spec.pieces.len());
-            run_compiled(op, &spec, x, shape, Some(err), a, rng)
+            // Unless `--split` says otherwise, as LayerNorm compiles it.
+            let split = a.split.or(composite::rsqrt_options(n, f, RSQRT_D).split);
+            run_compiled(op, &spec, x, shape, Some(err), &OpsBenchArgs { split, ..a.clone() }, rng)
         }
         "softmax" | "softmax_causal" => {
             let (rows, cols, causal, x) = softmax_case(op, a, rng)?;
