@@ -905,7 +905,20 @@ impl CompiledGate {
                 used.push(i as usize);
             }
         }
+        // Column slot of each local the form reads: gathered once per block, not per term.
+        let mut lslot = vec![usize::MAX; nl];
+        let mut lused = vec![];
+        for t in &f.terms {
+            if let Src::Local(j) = t.src
+                && lslot[j as usize] == usize::MAX
+            {
+                lslot[j as usize] = lused.len();
+                lused.push(j as usize);
+            }
+        }
+        let one = if f.bits == 1 { 1 } else { u64::MAX };
         let mut cols = vec![0u64; used.len() * BLOCK];
+        let mut lcols = vec![0u64; lused.len() * BLOCK];
         let mut src = vec![0u64; BLOCK];
         for e0 in (0..self.len).step_by(BLOCK) {
             let e1 = (e0 + BLOCK).min(self.len);
@@ -914,9 +927,22 @@ impl CompiledGate {
                 let col = &mut cols[c * BLOCK..c * BLOCK + w];
                 col.fill(1);
                 for &(s, x) in &p.pmonos[i] {
-                    for (v, e) in col.iter_mut().zip(e0..e1) {
-                        *v = v.wrapping_mul(pv[e * npv + s as usize].wrapping_pow(x as u32));
+                    let s = s as usize;
+                    if x == 1 {
+                        for (v, e) in col.iter_mut().zip(e0..e1) {
+                            *v = v.wrapping_mul(pv[e * npv + s]);
+                        }
+                    } else {
+                        for (v, e) in col.iter_mut().zip(e0..e1) {
+                            *v = v.wrapping_mul(pv[e * npv + s].wrapping_pow(x as u32));
+                        }
                     }
+                }
+            }
+            for (c, &j) in lused.iter().enumerate() {
+                let col = &mut lcols[c * BLOCK..c * BLOCK + w];
+                for (v, e) in col.iter_mut().zip(e0..e1) {
+                    *v = locals[e * nl + j] & one;
                 }
             }
             let acc = &mut out[e0..e1];
@@ -929,11 +955,8 @@ impl CompiledGate {
                     }
                     Src::Word(j) => &key.words[j as usize][e0..e1],
                     Src::Local(j) => {
-                        let one = if f.bits == 1 { 1 } else { u64::MAX };
-                        for (v, e) in src[..w].iter_mut().zip(e0..e1) {
-                            *v = locals[e * nl + j as usize] & one;
-                        }
-                        &src[..w]
+                        let c = lslot[j as usize];
+                        &lcols[c * BLOCK..c * BLOCK + w]
                     }
                 };
                 match t.pmono {

@@ -126,10 +126,18 @@ impl<'a> BitReader<'a> {
             });
         }
         let first = (self.pos / 8) as usize;
-        let last = ((end - 1) / 8) as usize;
-        let mut window = [0u8; 16];
-        window[..=last - first].copy_from_slice(&self.data[first..=last]);
-        let v = (u128::from_le_bytes(window) >> (self.pos % 8)) as u64 & mask(bits);
+        // A field spans at most 9 bytes: read 16 at once where they exist (no copy of a
+        // variable length), else only up to the field's last byte.
+        let window = match self.data.get(first..first + 16) {
+            Some(w) => u128::from_le_bytes(w.try_into().expect("16 bytes")),
+            None => {
+                let last = ((end - 1) / 8) as usize;
+                let mut w = [0u8; 16];
+                w[..=last - first].copy_from_slice(&self.data[first..=last]);
+                u128::from_le_bytes(w)
+            }
+        };
+        let v = (window >> (self.pos % 8)) as u64 & mask(bits);
         self.pos = end;
         Ok(v)
     }
