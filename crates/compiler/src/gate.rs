@@ -645,7 +645,7 @@ impl CompiledGate {
                                 xh[e0..e1].iter().map(|&x| f.view(n, x, off).wrapping_sub(bb) & m).collect();
                             let rw = words_for(r.width);
                             let win = &mut windows[fi][ri];
-                            win.bits.clear();
+                            // (The window walk writes every word.)
                             win.bits.resize((e1 - e0) * rw, 0);
                             keys.eval_window_bits(&starts, r.width, &mut win.bits)?;
                             win.wrap.clear();

@@ -419,7 +419,7 @@ impl BitDpfKeys {
         if width == 0 || (n < 64 && width as u64 > 1u64 << n) {
             return Err(FssError::InvalidParams("window wider than the domain"));
         }
-        out.fill(0);
+        // (Every word of `out` is written below: no clearing first.)
         if words == 0 {
             return Ok(());
         }
@@ -443,14 +443,18 @@ impl BitDpfKeys {
         let count = out.len() / words;
         // Window bit u of a key is bit (u + off) of its first block onwards.
         let put = |o: &mut [u64], blocks: &[u128], off: usize, halves: &mut Vec<u64>| {
+            let (i0, sh) = (off / 64, off % 64);
+            // The key's 64-bit words from word i0 on, zero-padded to one past the window.
             halves.clear();
             halves.extend(blocks.iter().flat_map(|&b| [b as u64, (b >> 64) as u64]));
-            let (i0, sh) = (off / 64, off % 64);
-            for (w, word) in o.iter_mut().enumerate() {
-                let lo = halves.get(i0 + w).copied().unwrap_or(0);
-                let hi = halves.get(i0 + w + 1).copied().unwrap_or(0);
-                // (hi << 1) << (63 − sh) is hi << (64 − sh), and 0 for sh = 0.
-                *word = (lo >> sh) | ((hi << 1) << (63 - sh));
+            halves.resize(halves.len().max(i0 + words + 1), 0);
+            let src = &halves[i0..i0 + words + 1];
+            if sh == 0 {
+                o.copy_from_slice(&src[..words]);
+            } else {
+                for (word, pair) in o.iter_mut().zip(src.windows(2)) {
+                    *word = (pair[0] >> sh) | (pair[1] << (64 - sh));
+                }
             }
             let tail = width % 64;
             if tail != 0 {
@@ -516,7 +520,7 @@ impl BitDpfKeys {
             for &b in &nblocks {
                 block_at.push(block_at.last().expect("non-empty") + b);
             }
-            blocks.clear();
+            // (Every block is written at the last level: no clearing.)
             blocks.resize(block_at[count], 0);
             // Nodes, structure of arrays: seed halves and the control bit as a mask.
             let prg = Prg::global();
