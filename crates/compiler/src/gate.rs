@@ -122,6 +122,58 @@ struct EvalPlan {
     families: Vec<FamilyPlan>,
     /// A reduced view's table per word, rows reversed.
     reversed: Vec<Vec<u64>>,
+    /// The leaves' public low-bit terms, merged per width.
+    below: Vec<BelowGroup>,
+}
+
+/// Every leaf's public terms `1[v < β]` (`v = x̂ mod 2^bits`) of one width, merged: one
+/// binary search per element answers all leaves. `suffix[i]` holds (a bit per leaf) the
+/// parity of the leaf's thresholds among `betas[i..]`: those above `v` when `i` counts the
+/// thresholds `≤ v`.
+#[derive(Debug)]
+struct BelowGroup {
+    bits: u32,
+    betas: Vec<u64>,
+    /// `(betas.len() + 1) × words` words, `words = ⌈leaves / 64⌉`.
+    suffix: Vec<u64>,
+}
+
+impl BelowGroup {
+    /// The groups of `leaves`' below terms.
+    fn merge(leaves: &[LeafPlan]) -> Vec<BelowGroup> {
+        let words = words_for(leaves.len());
+        let mut widths: Vec<u32> = leaves.iter().flat_map(|l| l.below.iter().map(|(b, _)| *b)).collect();
+        widths.sort_unstable();
+        widths.dedup();
+        widths
+            .into_iter()
+            .map(|bits| {
+                let mut betas: Vec<u64> = leaves
+                    .iter()
+                    .flat_map(|l| {
+                        l.below.iter().filter(|(b, _)| *b == bits).flat_map(|(_, v)| v.iter().copied())
+                    })
+                    .collect();
+                betas.sort_unstable();
+                betas.dedup();
+                let mut suffix = vec![0u64; (betas.len() + 1) * words];
+                for (li, l) in leaves.iter().enumerate() {
+                    for (_, v) in l.below.iter().filter(|(b, _)| *b == bits) {
+                        for beta in v {
+                            let i = betas.partition_point(|&b| b < *beta);
+                            suffix[i * words + li / 64] ^= 1 << (li % 64);
+                        }
+                    }
+                }
+                for i in (0..betas.len()).rev() {
+                    for w in 0..words {
+                        suffix[i * words + w] ^= suffix[(i + 1) * words + w];
+                    }
+                }
+                BelowGroup { bits, betas, suffix }
+            })
+            .collect()
+    }
 }
 
 /// `Σ a_i·b_i` (wrapping).
@@ -190,7 +242,8 @@ impl EvalPlan {
             }
             _ => vec![],
         };
-        EvalPlan { leaves, families, reversed }
+        let below = BelowGroup::merge(&leaves);
+        EvalPlan { leaves, families, reversed, below }
     }
 }
 
@@ -683,7 +736,16 @@ impl CompiledGate {
                     }
                 }
             }
+            let lw = words_for(self.plan.leaves.len());
+            let mut below_at = vec![0usize; self.plan.below.len()];
             for e in 0..e1 - e0 {
+                if party0 {
+                    let x = xh[e0 + e];
+                    for (g, at) in self.plan.below.iter().zip(below_at.iter_mut()) {
+                        let v = x & mask(g.bits);
+                        *at = g.betas.partition_point(|&b| b <= v);
+                    }
+                }
                 for (li, leaf) in self.plan.leaves.iter().enumerate() {
                     let mut par = 0u32;
                     for (f, m) in &leaf.lt {
@@ -721,10 +783,8 @@ impl CompiledGate {
                     }
                     if party0 {
                         par ^= leaf.konst as u32;
-                        let x = xh[e0 + e];
-                        for (bits, betas) in &leaf.below {
-                            let v = x & mask(*bits);
-                            par ^= (betas.len() - betas.partition_point(|&b| b <= v)) as u32;
+                        for (g, &i) in self.plan.below.iter().zip(&below_at) {
+                            par ^= ((g.suffix[i * lw + li / 64] >> (li % 64)) & 1) as u32;
                         }
                     }
                     locals[(e0 + e) * nl + li] = (par & 1) as u64;

@@ -15,7 +15,7 @@
 //! | [`sigmoid`], [`tanh`] | rounded step functions | signed |
 //! | [`nexp`] | `e^{−x}` for `x ≥ 0`, `1` for negative `x` | `n_in` bits |
 //! | [`reciprocal`] | `1/S` for a softmax row sum `S ∈ [1, cols]` (minimax rows of `2^{−6}`) | unsigned |
-//! | [`rsqrt`] | `1/√(v/d)` for a sum of squares `v` at scale `2f` (7-bit mantissa grid) | unsigned |
+//! | [`rsqrt`] | `1/√(v/d)` for a sum of squares `v` at scale `2f` (7-bit mantissa grid, uniform below σ = 2^{−6}) | unsigned |
 //! | [`ars`] | `⌊x / 2^f⌋` exact, optionally with the sign `1[x ≥ 0]` | signed |
 //! | [`truncate`] | `x >> f` into `n − f` bits | unsigned |
 //! | [`clip`] | `min(max(x, lo), hi)` | signed |
