@@ -784,6 +784,32 @@ impl<'a> Lower<'a> {
         x.sub(&msb.scale(1u64 << n))
     }
 
+    /// `C(X_u)·X_u` for a slope `C` that is `K` on a prefix `[0, B)` of the unsigned input
+    /// and 0 above (a ReLU part), when the comparisons are split and `X_u` needs its wrap
+    /// bit `w = 1[x̂ < r]`: with `g = 1[X_u < B]`, `C·X_u = K·g·(x̂ − r) + K·2^n·(g ∧ w)`, and
+    /// `g ∧ w = 1[x̂ < B]·1[(x̂ − B) mod 2^n < r]` (`X_u = x̂ − r + 2^n < B` iff
+    /// `x̂ + 2^n − B < r`): one split comparison times a public bit, where `g·X_u` would
+    /// multiply two split bits (products of up to five mask bits).
+    fn prefix_times_lift(&mut self, vals: &[u64]) -> Option<Sym> {
+        let (n, l) = (self.n(), self.l());
+        if l <= n || !matches!(self.fams.mode(), FullWidth::Split(_)) {
+            return None;
+        }
+        let k = vals[0];
+        let i = vals.iter().position(|&v| v != k)?;
+        if k == 0 || vals[i..].iter().any(|&v| v != 0) {
+            return None;
+        }
+        let b = self.spec.boundaries[i];
+        let g: Vec<u64> = vals.iter().map(|&v| (v != 0) as u64).collect();
+        let g = self.step_sym(&g);
+        let xr = Sym::public(l, PVar::XHat).sub(&Sym::secret(l, SVar::R));
+        let gw = self.fams.wrap(b);
+        let gw = self.sb(gw);
+        let gw = Sym::public(l, PVar::XHatBelow(b)).mul(&self.arith(&gw)).expect("public");
+        Some(g.mul(&xr).expect("dealer-known").scale(k).add(&gw.scale(k.wrapping_mul(1u64 << n))))
+    }
+
     /// `⌊X / 2^f⌋` by the fused identity (compiled-gates.md §4.1, digest §3.6).
     fn shr(&mut self, f: u32) -> Sym {
         let (n, l) = (self.n(), self.l());
@@ -846,7 +872,7 @@ impl<'a> Lower<'a> {
         let (l, np, nc) = (self.l(), s.poly_count(), s.const_count());
         match self.backend {
             LookupBackend::StepBits => {
-                let x = if s.degree() > 0 { self.lift_unsigned() } else { Sym::zero(l) };
+                let mut x: Option<Sym> = None;
                 for j in 0..np {
                     let deg = s.pieces.iter().map(|p| p.polys[j].len()).max().unwrap_or(1);
                     let mut p = Sym::zero(l);
@@ -857,9 +883,17 @@ impl<'a> Lower<'a> {
                             .iter()
                             .map(|p| word(p.polys[j].get(k).copied().unwrap_or(0), l))
                             .collect();
+                        if k == 1
+                            && deg == 2
+                            && let Some(t) = self.prefix_times_lift(&vals)
+                        {
+                            p = p.add(&t);
+                            continue;
+                        }
                         let c = self.step_sym(&vals);
                         p = p.add(&c.mul(&xk).expect("dealer-known"));
                         if k + 1 < deg {
+                            let x = x.get_or_insert_with(|| self.lift_unsigned()).clone();
                             xk = xk.mul(&x).expect("dealer-known");
                         }
                     }

@@ -33,6 +33,8 @@ pub enum PVar {
     },
     /// Opened Beaver difference `j` (a ring element).
     Beaver(u32),
+    /// The public bit `1[x̂ < β]`.
+    XHatBelow(u64),
 }
 
 /// A value only the dealer knows, or a party-local share.
@@ -54,7 +56,7 @@ pub enum SVar {
 
 impl PVar {
     fn is_bit(self) -> bool {
-        matches!(self, PVar::Open(_))
+        matches!(self, PVar::Open(_) | PVar::XHatBelow(_))
     }
 }
 
