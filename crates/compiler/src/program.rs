@@ -1303,6 +1303,7 @@ impl<'a> Lower<'a> {
             let f = b.form(&fix(s), Some(o));
             exchanges[rounds - 1].outputs.push(f);
         }
+        b.share_mask_bits(&mut exchanges);
         let full_width = self.fams.mode();
         let (families, maps) = self.fams.finish();
         let leaves: Vec<LinBit> = self.leaves.iter().map(|x| renumber(x, &maps)).collect();
@@ -1395,6 +1396,63 @@ impl Builder {
             self.pmonos.push(ids);
         }
         Some(id)
+    }
+
+    /// An opened bit's form adds a one-bit word `z_j`. Where a ring word holds `z_j` too,
+    /// the low bit of a party's additive share of it is an XOR share of `z_j` (bit 0 of a
+    /// sum mod `2^w` is the XOR of the bits 0): the form reads that word instead and the
+    /// one-bit word leaves the key.
+    fn share_mask_bits(&mut self, exchanges: &mut [Exchange]) {
+        let mut reads = vec![0usize; self.words.len()];
+        for e in exchanges.iter() {
+            let forms = e.bits.iter().chain(e.beaver.iter().map(|(_, f)| f)).chain(e.outputs.iter());
+            for t in forms.flat_map(|f| f.terms.iter()) {
+                if let Src::Word(id) = t.src {
+                    reads[id as usize] += 1;
+                }
+            }
+        }
+        let mut drop = vec![false; self.words.len()];
+        for f in exchanges.iter_mut().flat_map(|e| e.bits.iter_mut()) {
+            for t in f.terms.iter_mut() {
+                let Src::Word(id) = t.src else { continue };
+                let w = &self.words[id as usize];
+                if w.bits != 1 || w.out_mask.is_some() || t.pmono.is_some() || reads[id as usize] != 1 {
+                    continue;
+                }
+                let [(1, m)] = w.value.as_slice() else { continue };
+                let ring = self.words.iter().position(|v| {
+                    v.bits > 1 && v.width >= 1 && v.out_mask.is_none() && v.value == [(1, m.clone())]
+                });
+                if let Some(r) = ring {
+                    drop[id as usize] = true;
+                    t.src = Src::Word(r as u32);
+                }
+            }
+        }
+        if !drop.contains(&true) {
+            return;
+        }
+        let mut new_id = vec![u32::MAX; self.words.len()];
+        let mut kept = vec![];
+        for (i, w) in std::mem::take(&mut self.words).into_iter().enumerate() {
+            if !drop[i] {
+                new_id[i] = kept.len() as u32;
+                kept.push(w);
+            }
+        }
+        self.words = kept;
+        for e in exchanges.iter_mut() {
+            let forms =
+                e.bits.iter_mut().chain(e.beaver.iter_mut().map(|(_, f)| f)).chain(e.outputs.iter_mut());
+            for f in forms {
+                for t in f.terms.iter_mut() {
+                    if let Src::Word(id) = &mut t.src {
+                        *id = new_id[*id as usize];
+                    }
+                }
+            }
+        }
     }
 
     /// The form of `s`; dealer terms with a constant public factor go into one word per form
