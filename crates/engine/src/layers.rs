@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use compiler::composite;
-use compiler::library::{self, GeluForm};
+use compiler::library::GeluForm;
 use compiler::{CompiledGate, SpecError};
 use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
@@ -201,7 +201,7 @@ pub fn build(g: &Graph, imp: Impl) -> Result<Vec<Option<Box<dyn DynGate>>>, Spec
                 )),
                 Impl::Fusefss => {
                     let form = if *tanh { GeluForm::Tanh } else { GeluForm::Erf };
-                    let c = composite::Compiled::new(&library::gelu(n - f, n, f, form))?;
+                    let c = composite::gelu(n, f, form)?;
                     Box::new(Erased(CompiledGate::new(c.0, len)))
                 }
             }),
