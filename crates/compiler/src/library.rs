@@ -4,9 +4,9 @@
 //! function rounded half up to the output scale (or, for residual forms, the input minus a
 //! rounded residual, which is the same), except the row tables ([`gelu_rows`],
 //! [`silu_rows`], [`reciprocal`], [`rsqrt`]), which hold each row's minimax constant (the
-//! models' GeLU is [`gelu_rows`], `composite::gelu`). The integer tables are generated here once, from
-//! f64 formulas, and the spec carries them: the compiled gate and the reference read the
-//! same integers (compiled-gates.md §6, pitfall 1).
+//! models' GeLU is [`gelu_rows`], `composite::gelu`). The integer tables are generated here
+//! once, from f64 formulas, and the spec carries them: the compiled gate and the reference
+//! read the same integers (compiled-gates.md §6, pitfall 1).
 //!
 //! | spec | computes | input |
 //! |---|---|---|

@@ -1422,7 +1422,10 @@ impl Builder {
                 }
                 let [(1, m)] = w.value.as_slice() else { continue };
                 let ring = self.words.iter().position(|v| {
-                    v.bits > 1 && v.width >= 1 && v.out_mask.is_none() && v.value == [(1, m.clone())]
+                    v.bits > 1
+                        && v.width >= 1
+                        && v.out_mask.is_none()
+                        && matches!(v.value.as_slice(), [(1, vm)] if vm == m)
                 });
                 if let Some(r) = ring {
                     drop[id as usize] = true;
