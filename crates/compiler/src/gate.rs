@@ -14,6 +14,7 @@ use gates::keyio::{get_bits, get_words, put_bits, put_words};
 use gates::{Ctx, Gate, GateError, GateKey};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
+use crate::parity::{ParityTable, words_for};
 use crate::predicate::{Family, LinBit, Term};
 use crate::program::{CmpBackend, Form, LookupPlan, Program, Src, TablePlan, shift_poly, table_params};
 use crate::spec::{BoolExpr, Kind, SpecError, word};
@@ -124,6 +125,27 @@ struct EvalPlan {
     reversed: Vec<Vec<u64>>,
     /// The leaves' public low-bit terms, merged per width.
     below: Vec<BelowGroup>,
+    /// The leaves' constants, a bit per leaf (party 0 adds them).
+    konst: Vec<u64>,
+    /// Per family: the leaves' `LT` and `EQ` terms outside dense runs, as parity tables
+    /// over the family's bits in point order.
+    lt_tables: Vec<ParityTable>,
+    eq_tables: Vec<ParityTable>,
+    /// Per family and dense run: the leaves' terms on the run's window.
+    run_tables: Vec<Vec<RunTables>>,
+}
+
+/// The leaves' terms on one dense run, a bit per leaf: the window's parity table (`LT` and
+/// `EQ` masks merged, since only the parity counts), and the wrap corrections.
+#[derive(Debug, Default)]
+struct RunTables {
+    /// Whether some leaf reads the run.
+    used: bool,
+    window: ParityTable,
+    /// `C(S)` per leaf.
+    total: Vec<u64>,
+    /// `C(u)` per leaf at each window position `u` (`width × lw` words; zero at `u = 0`).
+    at: Vec<u64>,
 }
 
 /// Every leaf's public terms `1[v < β]` (`v = x̂ mod 2^bits`) of one width, merged: one
@@ -181,10 +203,6 @@ fn dot(a: &[u64], b: &[u64]) -> u64 {
     a.iter().zip(b).fold(0u64, |s, (x, y)| s.wrapping_add(x.wrapping_mul(*y)))
 }
 
-fn words_for(bits: usize) -> usize {
-    bits.div_ceil(64)
-}
-
 impl EvalPlan {
     fn new(p: &Program) -> EvalPlan {
         let leaves = p
@@ -216,7 +234,7 @@ impl EvalPlan {
             })
             .collect();
         let mut leaves: Vec<LeafPlan> = leaves;
-        let families = p
+        let families: Vec<FamilyPlan> = p
             .families
             .iter()
             .enumerate()
@@ -243,7 +261,58 @@ impl EvalPlan {
             _ => vec![],
         };
         let below = BelowGroup::merge(&leaves);
-        EvalPlan { leaves, families, reversed, below }
+        let lw = words_for(leaves.len());
+        let mut konst = vec![0u64; lw];
+        for (li, l) in leaves.iter().enumerate() {
+            konst[li / 64] ^= (l.konst as u64) << (li % 64);
+        }
+        let family_table = |fi: usize, eq: bool| {
+            let masks: Vec<(usize, &[u64])> = leaves
+                .iter()
+                .enumerate()
+                .flat_map(|(li, l)| {
+                    let list = if eq { &l.eq } else { &l.lt };
+                    list.iter().filter(move |(g, _)| *g == fi).map(move |(_, m)| (li, &m[..]))
+                })
+                .collect();
+            ParityTable::new(p.families[fi].points.len(), leaves.len(), &masks)
+        };
+        let lt_tables = (0..p.families.len()).map(|fi| family_table(fi, false)).collect();
+        let eq_tables = (0..p.families.len()).map(|fi| family_table(fi, true)).collect();
+        let run_tables = families
+            .iter()
+            .enumerate()
+            .map(|(fi, fp): (usize, &FamilyPlan)| {
+                fp.runs
+                    .iter()
+                    .enumerate()
+                    .map(|(ri, r)| {
+                        let mut t = RunTables {
+                            total: vec![0; lw],
+                            at: vec![0; r.width * lw],
+                            ..RunTables::default()
+                        };
+                        let mut merged = vec![];
+                        for (li, l) in leaves.iter().enumerate() {
+                            for (_, _, m) in l.runs.iter().filter(|(g, q, _)| *g == fi && *q == ri) {
+                                t.used = true;
+                                t.total[li / 64] ^= (m.total as u64) << (li % 64);
+                                for u in 1..r.width {
+                                    t.at[u * lw + li / 64] ^= ((m.lt[u / 64] >> (u % 64)) & 1) << (li % 64);
+                                }
+                                let mut both = m.lt.clone();
+                                both.iter_mut().zip(&m.eq).for_each(|(a, b)| *a ^= b);
+                                merged.push((li, both));
+                            }
+                        }
+                        let refs: Vec<(usize, &[u64])> = merged.iter().map(|(li, m)| (*li, &m[..])).collect();
+                        t.window = ParityTable::new(r.width, leaves.len(), &refs);
+                        t
+                    })
+                    .collect()
+            })
+            .collect();
+        EvalPlan { leaves, families, reversed, below, konst, lt_tables, eq_tables, run_tables }
     }
 }
 
@@ -736,58 +805,49 @@ impl CompiledGate {
                     }
                 }
             }
-            let lw = words_for(self.plan.leaves.len());
-            let mut below_at = vec![0usize; self.plan.below.len()];
+            // The leaves, all at once: a bit per leaf in `acc` (parity tables, §3.5).
+            let plan = &*self.plan;
+            let lw = words_for(plan.leaves.len());
+            let mut acc = vec![0u64; lw];
             for e in 0..e1 - e0 {
-                if party0 {
-                    let x = xh[e0 + e];
-                    for (g, at) in self.plan.below.iter().zip(below_at.iter_mut()) {
-                        let v = x & mask(g.bits);
-                        *at = g.betas.partition_point(|&b| b <= v);
+                acc.iter_mut().zip(&plan.konst).for_each(|(a, &k)| *a = if party0 { k } else { 0 });
+                for (fi, f) in p.families.iter().enumerate() {
+                    let w = words_for(f.points.len());
+                    if !plan.lt_tables[fi].is_empty() {
+                        plan.lt_tables[fi].apply(&lt[fi][e * w..(e + 1) * w], &mut acc);
                     }
-                }
-                for (li, leaf) in self.plan.leaves.iter().enumerate() {
-                    let mut par = 0u32;
-                    for (f, m) in &leaf.lt {
-                        let w = m.len();
-                        par ^= m
-                            .iter()
-                            .zip(&lt[*f][e * w..(e + 1) * w])
-                            .fold(0u64, |acc, (a, b)| acc ^ (a & b))
-                            .count_ones();
+                    if !plan.eq_tables[fi].is_empty() {
+                        plan.eq_tables[fi].apply(&eq[fi][e * w..(e + 1) * w], &mut acc);
                     }
-                    for (f, m) in &leaf.eq {
-                        let w = m.len();
-                        par ^= m
-                            .iter()
-                            .zip(&eq[*f][e * w..(e + 1) * w])
-                            .fold(0u64, |acc, (a, b)| acc ^ (a & b))
-                            .count_ones();
-                    }
-                    for (f, ri, rm) in &leaf.runs {
-                        let win = &windows[*f][*ri];
-                        let rw = words_for(self.plan.families[*f].runs[*ri].width);
-                        let bits = &win.bits[e * rw..(e + 1) * rw];
-                        let u = win.wrap[e];
+                    for (ri, (run, t)) in plan.families[fi].runs.iter().zip(&plan.run_tables[fi]).enumerate()
+                    {
+                        if !t.used {
+                            continue;
+                        }
+                        let win = &windows[fi][ri];
+                        let rw = words_for(run.width);
+                        t.window.apply(&win.bits[e * rw..(e + 1) * rw], &mut acc);
                         // Points past the wrap end at 2^bits − 1 (LT = 0), the others at the
                         // run's first point: its LT share, weighted by the LT terms after u.
-                        let cw = u > 0 && (rm.lt[u / 64] >> (u % 64)) & 1 == 1;
-                        let a = self.plan.families[*f].runs[*ri].a;
-                        let w = words_for(p.families[*f].points.len());
-                        let lt_a = (lt[*f][e * w + a / 64] >> (a % 64)) & 1 == 1;
-                        par ^= ((rm.total ^ cw) & lt_a) as u32;
-                        par ^= (cw & win.suffix[e]) as u32;
-                        // Only the parity counts: XOR the words, count once.
-                        let fold = |m: &[u64]| m.iter().zip(bits).fold(0u64, |acc, (x, y)| acc ^ (x & y));
-                        par ^= (fold(&rm.lt) ^ fold(&rm.eq)).count_ones();
-                    }
-                    if party0 {
-                        par ^= leaf.konst as u32;
-                        for (g, &i) in self.plan.below.iter().zip(&below_at) {
-                            par ^= ((g.suffix[i * lw + li / 64] >> (li % 64)) & 1) as u32;
+                        let u = win.wrap[e];
+                        let lt_a = (lt[fi][e * w + run.a / 64] >> (run.a % 64)) & 1 == 1;
+                        let suffix = win.suffix[e];
+                        for (k, a) in acc.iter_mut().enumerate() {
+                            let cw = if u > 0 { t.at[u * lw + k] } else { 0 };
+                            *a ^= (if lt_a { t.total[k] ^ cw } else { 0 }) ^ (if suffix { cw } else { 0 });
                         }
                     }
-                    locals[(e0 + e) * nl + li] = (par & 1) as u64;
+                }
+                if party0 {
+                    let x = xh[e0 + e];
+                    for g in &plan.below {
+                        let i = g.betas.partition_point(|&b| b <= x & mask(g.bits));
+                        acc.iter_mut().zip(&g.suffix[i * lw..(i + 1) * lw]).for_each(|(a, s)| *a ^= s);
+                    }
+                }
+                let out = &mut locals[(e0 + e) * nl..(e0 + e) * nl + plan.leaves.len()];
+                for (li, o) in out.iter_mut().enumerate() {
+                    *o = (acc[li / 64] >> (li % 64)) & 1;
                 }
             }
         }

@@ -33,6 +33,7 @@ pub mod composite;
 pub mod fit;
 pub mod gate;
 pub mod library;
+mod parity;
 pub mod predicate;
 pub mod program;
 pub mod spec;
