@@ -292,8 +292,13 @@ pub fn run_linked(
         t.exchange(&m).map_err(|e| gates::GateError::Transport(e.to_string()))
     };
     let (r0, r1) = std::thread::scope(|s| {
-        let h0 = s.spawn(|| engine::run_party(g, gates, &mut k0, &x0, |m| exchange(&mut t0, m)));
-        let h1 = s.spawn(|| engine::run_party(g, gates, &mut k1, &x1, |m| exchange(&mut t1, m)));
+        // Both servers share this machine: one core each.
+        let h0 = s.spawn(|| {
+            engine::on_own_core(|| engine::run_party(g, gates, &mut k0, &x0, |m| exchange(&mut t0, m)))
+        });
+        let h1 = s.spawn(|| {
+            engine::on_own_core(|| engine::run_party(g, gates, &mut k1, &x1, |m| exchange(&mut t1, m)))
+        });
         (h0.join(), h1.join())
     });
     let r0 = r0.map_err(|_| anyhow::anyhow!("server 0 panicked"))??;

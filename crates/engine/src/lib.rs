@@ -28,4 +28,4 @@ pub use exec::{
 };
 pub use graph::{Graph, GraphError, Node, Op, Shape, ValueId};
 pub use layers::{DynGate, Impl, build};
-pub use run::{PartyRun, run_party, run_threads};
+pub use run::{PartyRun, on_own_core, run_party, run_threads};

@@ -52,7 +52,22 @@ pub fn run_party(
     Ok(PartyRun { output, stats: ctx.stats(), times: ctx.times(), wall: t.elapsed() })
 }
 
-/// Run both servers' online phases on two threads connected by an in-memory channel.
+/// Run `f` on a one-thread pool of its own: a server that shares the machine with its peer
+/// (both in one process) gets one core, and its parallel loops run inline on that thread
+/// instead of handing work to (and waiting on) a pool the other server also uses.
+///
+/// # Panics
+/// If the operating system cannot start a thread.
+pub fn on_own_core<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .map(|pool| pool.install(f))
+        .expect("start a server thread")
+}
+
+/// Run both servers' online phases on two threads connected by an in-memory channel, each
+/// with its own one-thread pool ([`on_own_core`]).
 ///
 /// # Errors
 /// The first party's error, or [`GateError::Desync`] if a peer stops mid-protocol.
@@ -73,8 +88,8 @@ pub fn run_threads(
         }
     };
     let (r0, r1) = std::thread::scope(|s| {
-        let h0 = s.spawn(|| run_party(g, gates, &mut k0, &x0, link(tx0, rx0)));
-        let h1 = s.spawn(|| run_party(g, gates, &mut k1, &x1, link(tx1, rx1)));
+        let h0 = s.spawn(|| on_own_core(|| run_party(g, gates, &mut k0, &x0, link(tx0, rx0))));
+        let h1 = s.spawn(|| on_own_core(|| run_party(g, gates, &mut k1, &x1, link(tx1, rx1))));
         (h0.join(), h1.join())
     });
     let unwrap = |r: std::thread::Result<Result<PartyRun, GateError>>| -> Result<PartyRun, EngineError> {
