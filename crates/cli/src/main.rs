@@ -2,6 +2,11 @@
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc keeps freed memory for reuse: each layer's large buffers (tens of MB per gate)
+/// would otherwise be mapped, page-faulted and unmapped afresh by the system allocator.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod bench;
 mod demo;
 mod fit;

@@ -651,7 +651,6 @@ impl CompiledGate {
     /// Party `b`'s comparison: fills the leaves' XOR shares into `locals`.
     fn comparison(&self, key: &CompiledKey, xh: &[u64], locals: &mut [u64]) -> Result<(), GateError> {
         let p = &*self.program;
-        let nl = p.locals as usize;
         let total: usize = p.families.iter().map(|f| f.points.len()).sum::<usize>().max(1);
         let chunk = ((1 << 17) / total).clamp(64, 4096);
         let party0 = key.party == Party::P0;
@@ -807,17 +806,17 @@ impl CompiledGate {
             }
             // The leaves, all at once: a bit per leaf in `acc` (parity tables, §3.5).
             let plan = &*self.plan;
-            let lw = words_for(plan.leaves.len());
-            let mut acc = vec![0u64; lw];
-            for e in 0..e1 - e0 {
+            let lw = words_for(plan.leaves.len()).max(1);
+            let mut accs = vec![0u64; (e1 - e0) * lw];
+            for (e, acc) in accs.chunks_exact_mut(lw).enumerate() {
                 acc.iter_mut().zip(&plan.konst).for_each(|(a, &k)| *a = if party0 { k } else { 0 });
                 for (fi, f) in p.families.iter().enumerate() {
                     let w = words_for(f.points.len());
                     if !plan.lt_tables[fi].is_empty() {
-                        plan.lt_tables[fi].apply(&lt[fi][e * w..(e + 1) * w], &mut acc);
+                        plan.lt_tables[fi].apply(&lt[fi][e * w..(e + 1) * w], acc);
                     }
                     if !plan.eq_tables[fi].is_empty() {
-                        plan.eq_tables[fi].apply(&eq[fi][e * w..(e + 1) * w], &mut acc);
+                        plan.eq_tables[fi].apply(&eq[fi][e * w..(e + 1) * w], acc);
                     }
                     for (ri, (run, t)) in plan.families[fi].runs.iter().zip(&plan.run_tables[fi]).enumerate()
                     {
@@ -826,7 +825,7 @@ impl CompiledGate {
                         }
                         let win = &windows[fi][ri];
                         let rw = words_for(run.width);
-                        t.window.apply(&win.bits[e * rw..(e + 1) * rw], &mut acc);
+                        t.window.apply(&win.bits[e * rw..(e + 1) * rw], acc);
                         // Points past the wrap end at 2^bits − 1 (LT = 0), the others at the
                         // run's first point: its LT share, weighted by the LT terms after u.
                         let u = win.wrap[e];
@@ -845,8 +844,11 @@ impl CompiledGate {
                         acc.iter_mut().zip(&g.suffix[i * lw..(i + 1) * lw]).for_each(|(a, s)| *a ^= s);
                     }
                 }
-                let out = &mut locals[(e0 + e) * nl..(e0 + e) * nl + plan.leaves.len()];
-                for (li, o) in out.iter_mut().enumerate() {
+            }
+            // Column by column: each local's run of elements is written in order.
+            for li in 0..plan.leaves.len() {
+                let col = &mut locals[li * self.len + e0..li * self.len + e1];
+                for (o, acc) in col.iter_mut().zip(accs.chunks_exact(lw)) {
                     *o = (acc[li / 64] >> (li % 64)) & 1;
                 }
             }
@@ -859,7 +861,6 @@ impl CompiledGate {
         let LookupPlan::Dcf(d) = &self.program.lookup else { return Ok(()) };
         let (_, per) = self.dcf_params().expect("dcf");
         let keys = key.dcf.as_ref().ok_or(GateError::KeyMismatch("missing DCF keys"))?;
-        let nl = self.program.locals as usize;
         let l = self.l();
         let pts: Vec<u64> = xh.iter().flat_map(|&x| std::iter::repeat_n(x, per)).collect();
         let mut out = vec![AddShare::default(); pts.len() * d.words];
@@ -870,7 +871,7 @@ impl CompiledGate {
                 for t in 0..per {
                     v = v.wrapping_add(out[(e * per + t) * d.words + k].0);
                 }
-                locals[e * nl + d.first_local as usize + k] = v & mask(l);
+                locals[(d.first_local as usize + k) * self.len + e] = v & mask(l);
             }
         }
         Ok(())
@@ -887,8 +888,7 @@ impl CompiledGate {
     ) -> Result<(), GateError> {
         let LookupPlan::Table(t) = &self.program.lookup else { return Ok(()) };
         let keys = key.table.as_ref().ok_or(GateError::KeyMismatch("missing table keys"))?;
-        let p = &*self.program;
-        let (nl, l) = (p.locals as usize, self.l());
+        let l = self.l();
         let size = 1usize << t.domain_bits;
         // About 1 MB of DPF outputs at a time, in one reused buffer.
         let chunk = ((1 << 17) / size).max(1);
@@ -931,7 +931,7 @@ impl CompiledGate {
                     }
                 }
                 for (k, a) in acc.into_iter().enumerate() {
-                    locals[e * nl + t.first_local as usize + k] = a & mask(l);
+                    locals[(t.first_local as usize + k) * self.len + e] = a & mask(l);
                 }
             }
         }
@@ -950,6 +950,7 @@ impl CompiledGate {
             return Err(GateError::KeyMismatch("key of the other party"));
         }
         let xh: Vec<u64> = xh.iter().map(|&x| x & mask(n)).collect();
+        // Local-major (`locals[j·len + e]`, `pv[s·len + e]`): each form reads whole columns.
         let nl = p.locals as usize;
         let mut locals = vec![0u64; len * nl];
         self.comparison(key, &xh, &mut locals)?;
@@ -959,7 +960,7 @@ impl CompiledGate {
         for (s, v) in p.pvars.iter().enumerate() {
             if let Some(f) = static_pvar(*v, n) {
                 for e in 0..len {
-                    pv[e * npv + s] = f(xh[e]);
+                    pv[s * self.len + e] = f(xh[e]);
                 }
             }
         }
@@ -979,7 +980,7 @@ impl CompiledGate {
                 let vals = it.next().expect("one per form");
                 if let Some(s) = slot(PVar::Open(j as u32)) {
                     for e in 0..len {
-                        pv[e * npv + s] = vals[e];
+                        pv[s * self.len + e] = vals[e];
                     }
                 }
                 bits.push(vals);
@@ -988,7 +989,7 @@ impl CompiledGate {
                 let vals = it.next().expect("one per form");
                 if let Some(s) = slot(PVar::Beaver(*i)) {
                     for e in 0..len {
-                        pv[e * npv + s] = vals[e];
+                        pv[s * self.len + e] = vals[e];
                     }
                 }
             }
@@ -1010,7 +1011,7 @@ impl CompiledGate {
     fn eval_form(&self, f: &Form, key: &CompiledKey, locals: &[u64], pv: &[u64]) -> Vec<u64> {
         const BLOCK: usize = 512;
         let p = &*self.program;
-        let (nl, npv) = (p.locals as usize, p.pvars.len());
+        let nl = p.locals as usize;
         let m = mask(f.bits);
         let party0 = key.party == Party::P0;
         let mut out = vec![0u64; self.len];
@@ -1050,11 +1051,11 @@ impl CompiledGate {
                     let s = s as usize;
                     if x == 1 {
                         for (v, e) in col.iter_mut().zip(e0..e1) {
-                            *v = v.wrapping_mul(pv[e * npv + s]);
+                            *v = v.wrapping_mul(pv[s * self.len + e]);
                         }
                     } else {
                         for (v, e) in col.iter_mut().zip(e0..e1) {
-                            *v = v.wrapping_mul(pv[e * npv + s].wrapping_pow(x as u32));
+                            *v = v.wrapping_mul(pv[s * self.len + e].wrapping_pow(x as u32));
                         }
                     }
                 }
@@ -1062,7 +1063,7 @@ impl CompiledGate {
             for (c, &j) in lused.iter().enumerate() {
                 let col = &mut lcols[c * BLOCK..c * BLOCK + w];
                 for (v, e) in col.iter_mut().zip(e0..e1) {
-                    *v = locals[e * nl + j] & one;
+                    *v = locals[j * self.len + e] & one;
                 }
             }
             let acc = &mut out[e0..e1];
