@@ -396,6 +396,33 @@ pub fn nexp(n_in: u32, l: u32, f: u32) -> OperatorSpec {
     spec(format!("nexp-{n_in}"), n_in, l, false, f, b, p)
 }
 
+/// `e^{−x}` for `x ≥ 0` at scale `f` (as [`nexp`]) read from rows of `2^s` ulps, each
+/// holding the rounded midpoint of `e^{−x}`'s range over the row: error at most half the
+/// variation over a row plus ½ ulp (`2^{s−1}·2^{−f}` near 0, where the slope is −1). Every
+/// boundary is a multiple of `2^s`, so the compiler splits the comparison there: the
+/// window it reads covers `2^s` times fewer positions.
+pub fn nexp_rows(n_in: u32, l: u32, f: u32, s: u32) -> OperatorSpec {
+    let one = (1u64 << f) as f64;
+    let e = |x: u64| (-(x as f64) / one).exp() * one;
+    let row = |k: u64| -> i64 { round_half_up((e(k << s) + e(((k + 1) << s) - 1)) / 2.0) };
+    let mut starts = vec![0, half(n_in)];
+    let mut prev = row(0);
+    let mut k = 1u64;
+    while prev != 0 && k << s < half(n_in) {
+        let cur = row(k);
+        if cur != prev {
+            starts.push(k << s);
+            prev = cur;
+        }
+        k += 1;
+    }
+    let (b, p) = from_starts(starts, |x| {
+        let v = if x >= half(n_in) { 1i64 << f } else { row(x >> s) };
+        Piece { polys: vec![vec![v as i128]], ..Piece::default() }
+    });
+    spec(format!("nexp-rows{s}-{n_in}"), n_in, l, false, f, b, p)
+}
+
 /// `1/S` at scale `f` for a softmax row sum `S ∈ [1, cols]` at scale `f` (`cols` a power of
 /// two): the input is read on `n_in = f + log2(cols)` bits, so `S = cols` wraps to 0 and
 /// row 0 holds `1/cols` (compiled-gates.md §8, the narrower contract). Rows of `2^6` ulps
@@ -554,6 +581,16 @@ mod tests {
         assert_eq!(s.eval(0).arith[0], 4096);
         assert_eq!(s.eval(1 << 19).arith[0], 4096);
         assert!(s.pieces.len() > 4000);
+        // Rows of 8 ulps: boundaries on the rows, error within 4 ulps (half the variation
+        // over a row of slope ≤ 1, plus ½ ulp), the same values for negative inputs.
+        let e = nexp_rows(20, 30, 12, 3);
+        e.validate().unwrap();
+        assert!(e.boundaries.iter().all(|b| b % 8 == 0) && e.pieces.len() < 2000);
+        assert_eq!(e.eval(1 << 19).arith[0], 4096);
+        for x in 0..(12u64 << 12) {
+            let err = e.eval(x).arith[0] as f64 - 4096.0 * (-(x as f64) / 4096.0).exp();
+            assert!(err.abs() <= 4.0, "x = {x}: {err}");
+        }
         let r = reciprocal(12, 128, 50);
         r.validate().unwrap();
         assert_eq!(r.in_bits, 19);

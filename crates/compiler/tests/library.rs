@@ -19,6 +19,7 @@ fn small() -> Vec<OperatorSpec> {
         sigmoid(10, 12, 4),
         tanh(9, 12, 4),
         nexp(10, 14, 4),
+        nexp_rows(10, 14, 4, 2),
         reciprocal(4, 8, 12),
         rsqrt(12, 14, 2, 4),
         rsqrt_with_floor(12, 14, 2, 4, 1),
@@ -75,7 +76,9 @@ fn full_width_at_37_and_50() {
         let q = rsqrt(n, n, f, d);
         full_width(&q, compiler::composite::rsqrt_options(n, f, d), 300, (n as u64) << 8 | 32);
         // Row tables, with the comparison split at the rows (the smaller key may not be).
-        for (i, s) in [gelu_rows(n - f, n, f, GeluForm::Erf, 6), silu_rows(n, n, f, 6)].iter().enumerate() {
+        let rows =
+            [gelu_rows(n - f, n, f, GeluForm::Erf, 6), silu_rows(n, n, f, 6), nexp_rows(n - f + 2, n, f, 3)];
+        for (i, s) in rows.iter().enumerate() {
             let split = CompileOptions { split: Some(true), ..CompileOptions::default() };
             full_width(s, split, 300, (n as u64) << 8 | 64 | i as u64);
             full_width(s, CompileOptions::default(), 100, (n as u64) << 8 | 96 | i as u64);

@@ -714,8 +714,10 @@ impl BitDpfKeys {
         }
         let (n, levels) = (self.params.domain_bits, self.params.levels());
         let prg = Prg::global();
-        let lone: Vec<(usize, usize, bool, bool)> = SORTED_SCRATCH.with_borrow_mut(|sc| {
-            let mut lone = vec![];
+        // Answers of nodes finished by the lane walk: (key, point, LT, EQ), in a reused buffer.
+        let mut lone = SORTED_SCRATCH.with_borrow_mut(|sc| std::mem::take(&mut sc.lone));
+        lone.clear();
+        SORTED_SCRATCH.with_borrow_mut(|sc| {
             // Pairs of neighbouring points (within a key) by the highest bit they differ in:
             // split[start[b]..start[b+1]] holds the second points `j` of bit b's pairs, ascending.
             let (lo_all, hi_all) = (offsets[groups.start], offsets[groups.end]);
@@ -816,8 +818,10 @@ impl BitDpfKeys {
                     } else {
                         let (s, t) = correct(a, node.t, self.tree.scw(i, g), self.tree.tcw(i, g, c as u64));
                         let child = Node { s, t, prev: c, acc, ..node };
-                        if child.hi - child.lo == 1 && levels - i > RESUME_LEVELS {
-                            // A lone point: finish its path with the vectorised lane walk.
+                        let (first, last) = (points[child.lo as usize], points[child.hi as usize - 1]);
+                        if first >> LEAF_BITS == last >> LEAF_BITS && levels - i > RESUME_LEVELS {
+                            // Its points share one leaf block (often a lone point): finish
+                            // its path with the vectorised lane walk.
                             pending.push((i + 1, child));
                         } else {
                             frontier.push(child);
@@ -831,30 +835,34 @@ impl BitDpfKeys {
                 for part in batch.chunks(walk::CHUNK) {
                     let from = part[0].0;
                     let res = self.resume_lanes(from, part.iter().map(|(_, nd)| nd), points);
-                    lone.extend(
-                        part.iter().zip(res).map(|((_, nd), (l, e))| (nd.key as usize, nd.lo as usize, l, e)),
-                    );
+                    for ((_, nd), r) in part.iter().zip(res) {
+                        let range = nd.lo as usize..nd.hi as usize;
+                        for (p, &y) in range.clone().zip(&points[range]) {
+                            let (l, e) = r.answer((y & 127) as u32);
+                            lone.push((nd.key as usize, p, l, e));
+                        }
+                    }
                 }
             }
-            lone
         });
-        for (g, p, l, e) in lone {
+        for &(g, p, l, e) in &lone {
             let (i, sh) = (word_of[g - g_first] + (p - offsets[g]) / 64, (p - offsets[g]) % 64);
             lt[i] |= (l as u64) << sh;
             if let Some(q) = eq.as_deref_mut() {
                 q[i] |= (e as u64) << sh;
             }
         }
+        SORTED_SCRATCH.with_borrow_mut(|sc| sc.lone = lone);
     }
 
-    /// Finish the walks of lone points that left the trie before level `from`: (LT, EQ)
-    /// shares of each, in order.
+    /// Finish the walks of nodes that left the trie before level `from` (each node's points
+    /// lie in one leaf block): the leaf block of each, in order.
     fn resume_lanes<'a>(
         &self,
         from: u32,
         nodes: impl Iterator<Item = &'a Node>,
         points: &[u64],
-    ) -> Vec<(bool, bool)> {
+    ) -> Vec<LaneLeaf> {
         let nodes: Vec<&Node> = nodes.collect();
         let m = nodes.len();
         let (n, levels) = (self.params.domain_bits, self.params.levels());
@@ -905,12 +913,7 @@ impl BitDpfKeys {
                 let [c0, c1] = self.leaf_cw[keys[k]];
                 let cw = c0 ^ ((c0 ^ c1) & ((sel as u128) << 64 | sel as u128));
                 let (bl, bh) = (al ^ (cw as u64 & t), ah ^ ((cw >> 64) as u64 & t));
-                let pos = (y & 127) as u32;
-                let (ml, mh) = upto_halves(pos);
-                let (ml, mh) = (ml ^ sel, mh ^ sel);
-                let parity = ((bl & ml).count_ones() + (bh & mh).count_ones()) as u64 & 1;
-                let eq = if pos < 64 { bl >> pos } else { bh >> (pos - 64) } & 1;
-                ((acc ^ parity ^ party) & 1 == 1, eq == 1)
+                LaneLeaf { bl, bh, sel, flip: (acc ^ party) & 1 }
             })
             .collect()
     }
@@ -1077,6 +1080,7 @@ struct SortedScratch {
     pending: Vec<(u32, Node)>,
     sig: [Vec<AesBlock>; 2],
     enc: [Vec<AesBlock>; 2],
+    lone: Vec<(usize, usize, bool, bool)>,
 }
 
 thread_local! {
@@ -1101,6 +1105,26 @@ fn prefix_xor(mut x: u128) -> u128 {
     x ^= x << 32;
     x ^= x << 64;
     x
+}
+
+/// A lane walk's leaf block (halves), its last direction as a mask, and the LT flip.
+struct LaneLeaf {
+    bl: u64,
+    bh: u64,
+    sel: u64,
+    flip: u64,
+}
+
+impl LaneLeaf {
+    /// (LT, EQ) shares of the point at block position `pos`.
+    #[inline]
+    fn answer(&self, pos: u32) -> (bool, bool) {
+        let (ml, mh) = upto_halves(pos);
+        let (ml, mh) = (ml ^ self.sel, mh ^ self.sel);
+        let parity = ((self.bl & ml).count_ones() + (self.bh & mh).count_ones()) as u64 & 1;
+        let eq = if pos < 64 { self.bl >> pos } else { self.bh >> (pos - 64) } & 1;
+        ((self.flip ^ parity) == 1, eq == 1)
+    }
 }
 
 /// A trie node: all points in `lo..hi` share the path so far.
