@@ -3,8 +3,9 @@
 //! Every function of a real variable is specified *exactly rounded*: the output is the f64
 //! function rounded half up to the output scale (or, for residual forms, the input minus a
 //! rounded residual, which is the same), except the row tables ([`gelu_rows`],
-//! [`silu_rows`], [`reciprocal`], [`rsqrt`]), which hold each row's minimax constant (the
-//! models' GeLU is [`gelu_rows`], `composite::gelu`). The integer tables are generated here
+//! [`silu_rows`], [`nexp_rows`], [`reciprocal`], [`rsqrt`]), which hold each row's minimax
+//! constant (the models' GeLU is [`gelu_rows`], `composite::gelu`; softmax's `e^{−x}` is
+//! [`nexp_rows`]). The integer tables are generated here
 //! once, from f64 formulas, and the spec carries them: the compiled gate and the reference
 //! read the same integers (compiled-gates.md §6, pitfall 1).
 //!
@@ -16,6 +17,7 @@
 //! | [`gelu_rows`], [`silu_rows`] | `ReLU(x) − T[row]`: the residual from rows of `2^s` ulps (SIGMA-class error, split-view comparison) | signed |
 //! | [`sigmoid`], [`tanh`] | rounded step functions | signed |
 //! | [`nexp`] | `e^{−x}` for `x ≥ 0`, `1` for negative `x` | `n_in` bits |
+//! | [`nexp_rows`] | as [`nexp`], from minimax rows of `2^s` ulps (split-view comparison) | `n_in` bits |
 //! | [`reciprocal`] | `1/S` for a softmax row sum `S ∈ [1, cols]` (minimax rows of `2^{−6}`) | unsigned |
 //! | [`rsqrt`] | `1/√(v/d)` for a sum of squares `v` at scale `2f` (7-bit mantissa grid, uniform below σ = 2^{−6}) | unsigned |
 //! | [`ars`] | `⌊x / 2^f⌋` exact, optionally with the sign `1[x ≥ 0]` | signed |
