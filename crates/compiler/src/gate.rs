@@ -943,6 +943,21 @@ impl CompiledGate {
     /// # Errors
     /// As [`Gate::eval`].
     pub async fn run(&self, ctx: &Ctx, key: &CompiledKey, xh: &[u64]) -> Result<Vec<u64>, GateError> {
+        // Working buffers kept across calls (tens of MB per layer): freshly allocated, their
+        // pages would be faulted in again by every gate.
+        let mut sc = RUN_SCRATCH.with_borrow_mut(std::mem::take);
+        let out = self.run_in(ctx, key, xh, &mut sc).await;
+        RUN_SCRATCH.with_borrow_mut(|b| *b = sc);
+        out
+    }
+
+    async fn run_in(
+        &self,
+        ctx: &Ctx,
+        key: &CompiledKey,
+        xh: &[u64],
+        sc: &mut RunScratch,
+    ) -> Result<Vec<u64>, GateError> {
         let p = &*self.program;
         let (n, len) = (self.n(), self.len);
         check("inputs", len, xh.len())?;
@@ -952,11 +967,11 @@ impl CompiledGate {
         let xh: Vec<u64> = xh.iter().map(|&x| x & mask(n)).collect();
         // Local-major (`locals[j·len + e]`, `pv[s·len + e]`): each form reads whole columns.
         let nl = p.locals as usize;
-        let mut locals = vec![0u64; len * nl];
-        self.comparison(key, &xh, &mut locals)?;
-        self.dcf_lookup(key, &xh, &mut locals)?;
-        let npv = p.pvars.len();
-        let mut pv = vec![0u64; len * npv];
+        let RunScratch { locals, pv, shares, opened } = sc;
+        zeroed(locals, len * nl);
+        self.comparison(key, &xh, locals)?;
+        self.dcf_lookup(key, &xh, locals)?;
+        zeroed(pv, len * p.pvars.len());
         for (s, v) in p.pvars.iter().enumerate() {
             if let Some(f) = static_pvar(*v, n) {
                 for e in 0..len {
@@ -971,33 +986,37 @@ impl CompiledGate {
             let mut forms: Vec<&Form> = ex.bits.iter().collect();
             forms.extend(ex.beaver.iter().map(|(_, f)| f));
             forms.extend(ex.outputs.iter());
-            let shares: Vec<Vec<u64>> = forms.iter().map(|f| self.eval_form(f, key, &locals, &pv)).collect();
+            zeroed(shares, forms.len() * len);
+            for (i, f) in forms.iter().enumerate() {
+                self.eval_form(f, key, locals, pv, &mut shares[i * len..(i + 1) * len]);
+            }
             let parts: Vec<(&[u64], u32)> =
-                shares.iter().zip(&forms).map(|(s, f)| (s.as_slice(), f.bits)).collect();
-            let opened = ctx.open_many(&parts).await?;
-            let mut it = opened.into_iter();
+                forms.iter().enumerate().map(|(i, f)| (&shares[i * len..(i + 1) * len], f.bits)).collect();
+            zeroed(opened, forms.len() * len);
+            ctx.open_many_into(&parts, opened).await?;
+            let mut it = opened.chunks_exact(len.max(1)).map(|c| &c[..len]);
+            let mut next = || it.next().unwrap_or(&[]);
             for j in 0..ex.bits.len() {
-                let vals = it.next().expect("one per form");
+                let vals = next();
                 if let Some(s) = slot(PVar::Open(j as u32)) {
-                    for e in 0..len {
-                        pv[s * self.len + e] = vals[e];
-                    }
+                    pv[s * len..(s + 1) * len].copy_from_slice(vals);
                 }
-                bits.push(vals);
+                // (Only a table lookup reads the opened bits again.)
+                if matches!(p.lookup, LookupPlan::Table(_)) {
+                    bits.push(vals.to_vec());
+                }
             }
             for (i, _) in &ex.beaver {
-                let vals = it.next().expect("one per form");
+                let vals = next();
                 if let Some(s) = slot(PVar::Beaver(*i)) {
-                    for e in 0..len {
-                        pv[s * self.len + e] = vals[e];
-                    }
+                    pv[s * len..(s + 1) * len].copy_from_slice(vals);
                 }
             }
             for _ in &ex.outputs {
-                outputs.extend(it.next().expect("one per form"));
+                outputs.extend_from_slice(next());
             }
             if t == 0 {
-                self.table_lookup(key, &xh, &bits, &mut locals)?;
+                self.table_lookup(key, &xh, &bits, locals)?;
             }
         }
         Ok(outputs)
@@ -1008,13 +1027,13 @@ impl CompiledGate {
     /// Term by term over blocks of elements: each public monomial the form uses is computed
     /// once per element of the block, and each term is one multiply-add per element over
     /// contiguous columns (a Φ of a split view has hundreds of terms).
-    fn eval_form(&self, f: &Form, key: &CompiledKey, locals: &[u64], pv: &[u64]) -> Vec<u64> {
+    fn eval_form(&self, f: &Form, key: &CompiledKey, locals: &[u64], pv: &[u64], out: &mut [u64]) {
         const BLOCK: usize = 512;
         let p = &*self.program;
         let nl = p.locals as usize;
         let m = mask(f.bits);
         let party0 = key.party == Party::P0;
-        let mut out = vec![0u64; self.len];
+        let out = &mut out[..self.len];
         // Column slot of each public monomial the form uses.
         let mut slot = vec![usize::MAX; p.pmonos.len()];
         let mut used = vec![];
@@ -1097,7 +1116,6 @@ impl CompiledGate {
             }
         }
         out.iter_mut().for_each(|a| *a &= m);
-        out
     }
 
     /// The reference outputs of input `x`, output-major.
@@ -1152,6 +1170,26 @@ fn parity_from(bits: &[u64], from: usize) -> bool {
 
 /// Up to this many points per element are evaluated lane by lane rather than by a trie walk.
 const FEW_POINTS: usize = 8;
+
+/// [`CompiledGate::run`]'s working buffers, local-major: locals, public variables, the
+/// forms' shares of one exchange and their opened values.
+#[derive(Default)]
+struct RunScratch {
+    locals: Vec<u64>,
+    pv: Vec<u64>,
+    shares: Vec<u64>,
+    opened: Vec<u64>,
+}
+
+thread_local! {
+    static RUN_SCRATCH: std::cell::RefCell<RunScratch> = std::cell::RefCell::default();
+}
+
+/// `v` as `len` zeros, reusing its allocation.
+fn zeroed(v: &mut Vec<u64>, len: usize) {
+    v.clear();
+    v.resize(len, 0);
+}
 
 /// Buffers reused across chunks of the comparison.
 #[derive(Default)]

@@ -157,6 +157,28 @@ impl Ctx {
     /// # Errors
     /// As [`Ctx::open`].
     pub async fn open_many(&self, parts: &[(&[u64], u32)]) -> Result<Vec<Vec<u64>>, GateError> {
+        let mut all = vec![0u64; parts.iter().map(|(v, _)| v.len()).sum()];
+        self.open_many_into(parts, &mut all).await?;
+        let mut at = 0;
+        Ok(parts
+            .iter()
+            .map(|(v, _)| {
+                at += v.len();
+                all[at - v.len()..at].to_vec()
+            })
+            .collect())
+    }
+
+    /// [`Ctx::open_many`] into `out`: the opened parts one after another (`out` holds exactly
+    /// their total length), so a caller can reuse one buffer across gates.
+    ///
+    /// # Errors
+    /// As [`Ctx::open`], and [`GateError::Length`] if `out` has the wrong length.
+    pub async fn open_many_into(&self, parts: &[(&[u64], u32)], out: &mut [u64]) -> Result<(), GateError> {
+        let total: usize = parts.iter().map(|(v, _)| v.len()).sum();
+        if out.len() != total {
+            return Err(GateError::Length { what: "opened values", expected: total, actual: out.len() });
+        }
         let id = {
             let mut st = self.state.borrow_mut();
             let id = st.next_id;
@@ -171,20 +193,19 @@ impl Ctx {
             return Err(GateError::PeerMessage { round, expected, actual: peer.len() });
         }
         let mut r = BitReader::new(&peer);
-        let mut out = Vec::with_capacity(parts.len());
+        let mut at = 0;
         for (mine, bits) in parts {
             let m = mask(*bits);
-            let mut v = Vec::with_capacity(mine.len());
-            for &x in mine.iter() {
+            for (o, &x) in out[at..at + mine.len()].iter_mut().zip(mine.iter()) {
                 let theirs = r.get(*bits).map_err(|_| GateError::Desync("peer message too short"))?;
-                v.push(x.wrapping_add(theirs) & m);
+                *o = x.wrapping_add(theirs) & m;
             }
+            at += mine.len();
             // Each part is padded to a byte.
             let pad = (8 - (mine.len() as u64 * *bits as u64) % 8) % 8;
             r.get(pad as u32).map_err(|_| GateError::Desync("peer message too short"))?;
-            out.push(v);
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The round's message: every opening registered since the last one.
@@ -388,6 +409,24 @@ mod tests {
         // Round 1: one byte. Round 2: 3 bits (1 byte) + 2 × 50 bits (13 bytes).
         assert_eq!(st.bytes_sent, 1 + 1 + 13);
         assert_eq!(st.comm_bytes(), 2 * 15);
+    }
+
+    #[test]
+    fn open_many_into_concatenates_parts_and_checks_its_buffer() {
+        async fn parts(ctx: &Ctx, a: u64) -> Result<Vec<u64>, GateError> {
+            let mut out = vec![0u64; 3];
+            ctx.open_many_into(&[(&[a, 1], 1), (&[a], 16)], &mut out).await?;
+            // A buffer of the wrong length is refused before anything is sent.
+            let mut wrong = vec![0u64; 3];
+            let err = ctx.open_many_into(&[(&[a], 8), (&[a], 8)], &mut wrong).await;
+            assert!(matches!(err, Err(GateError::Length { expected: 2, actual: 3, .. })));
+            Ok(out)
+        }
+        let (c0, c1) = (Ctx::new(Party::P0), Ctx::new(Party::P1));
+        let (r0, r1) =
+            run_pair(Session::new(&c0, parts(&c0, 3)), Session::new(&c1, parts(&c1, 0xffff))).unwrap();
+        assert_eq!(r0, r1);
+        assert_eq!(r0, vec![0, 0, 2]);
     }
 
     #[test]
