@@ -945,9 +945,14 @@ impl CompiledGate {
     pub async fn run(&self, ctx: &Ctx, key: &CompiledKey, xh: &[u64]) -> Result<Vec<u64>, GateError> {
         // Working buffers kept across calls (tens of MB per layer): freshly allocated, their
         // pages would be faulted in again by every gate.
-        let mut sc = RUN_SCRATCH.with_borrow_mut(std::mem::take);
+        // (A pool: both parties may run interleaved on one thread, as in the test harness.)
+        let mut sc = RUN_SCRATCH.with_borrow_mut(|pool| pool.pop()).unwrap_or_default();
         let out = self.run_in(ctx, key, xh, &mut sc).await;
-        RUN_SCRATCH.with_borrow_mut(|b| *b = sc);
+        RUN_SCRATCH.with_borrow_mut(|pool| {
+            if pool.len() < 2 {
+                pool.push(sc);
+            }
+        });
         out
     }
 
@@ -1182,7 +1187,7 @@ struct RunScratch {
 }
 
 thread_local! {
-    static RUN_SCRATCH: std::cell::RefCell<RunScratch> = std::cell::RefCell::default();
+    static RUN_SCRATCH: std::cell::RefCell<Vec<RunScratch>> = std::cell::RefCell::default();
 }
 
 /// `v` as `len` zeros, reusing its allocation.
