@@ -819,10 +819,24 @@ impl BitDpfKeys {
                         let (s, t) = correct(a, node.t, self.tree.scw(i, g), self.tree.tcw(i, g, c as u64));
                         let child = Node { s, t, prev: c, acc, ..node };
                         let (first, last) = (points[child.lo as usize], points[child.hi as usize - 1]);
-                        if first >> LEAF_BITS == last >> LEAF_BITS && levels - i > RESUME_LEVELS {
+                        if levels - i <= RESUME_LEVELS {
+                            frontier.push(child);
+                        } else if first >> LEAF_BITS == last >> LEAF_BITS {
                             // Its points share one leaf block (often a lone point): finish
                             // its path with the vectorised lane walk.
                             pending.push((i + 1, child));
+                        } else if child.hi - child.lo <= LANE_POINTS {
+                            // A few points: one lane per leaf block from here (the lanes
+                            // repeat the walk the blocks would share, cheaper than trie nodes).
+                            let mut lo = child.lo;
+                            for p in child.lo + 1..=child.hi {
+                                if p == child.hi
+                                    || points[p as usize] >> LEAF_BITS != points[lo as usize] >> LEAF_BITS
+                                {
+                                    pending.push((i + 1, Node { lo, hi: p, ..child }));
+                                    lo = p;
+                                }
+                            }
                         } else {
                             frontier.push(child);
                         }
@@ -1051,6 +1065,9 @@ impl BitDpfKeys {
 /// A trie node holding one point leaves the trie for the lane walk when more than this many
 /// levels remain.
 const RESUME_LEVELS: u32 = 3;
+
+/// A trie node with at most this many points leaves the trie as one lane per leaf block.
+const LANE_POINTS: u32 = 8;
 
 /// Buffers of [`BitDpfKeys::eval_window_bits`], kept per thread (fresh large allocations
 /// would cost page faults on every call).
