@@ -122,7 +122,6 @@ fn dense(count: usize, width: u64, leaves: usize) -> bool {
 /// What evaluation precomputes from a program.
 #[derive(Debug)]
 struct EvalPlan {
-    leaves: Vec<LeafPlan>,
     families: Vec<FamilyPlan>,
     /// A reduced view's table per word, rows reversed.
     reversed: Vec<Vec<u64>>,
@@ -315,7 +314,7 @@ impl EvalPlan {
                     .collect()
             })
             .collect();
-        EvalPlan { leaves, families, reversed, below, konst, lt_tables, eq_tables, run_tables }
+        EvalPlan { families, reversed, below, konst, lt_tables, eq_tables, run_tables }
     }
 }
 
@@ -809,7 +808,7 @@ impl CompiledGate {
             }
             // The leaves, all at once: a bit per leaf in `acc` (parity tables, §3.5).
             let plan = &*self.plan;
-            let lw = words_for(plan.leaves.len()).max(1);
+            let lw = words_for(p.leaves.len()).max(1);
             let mut accs = vec![0u64; (e1 - e0) * lw];
             for (e, acc) in accs.chunks_exact_mut(lw).enumerate() {
                 acc.iter_mut().zip(&plan.konst).for_each(|(a, &k)| *a = if party0 { k } else { 0 });
@@ -849,7 +848,7 @@ impl CompiledGate {
                 }
             }
             // Column by column: each local's run of elements is written in order.
-            for li in 0..plan.leaves.len() {
+            for li in 0..p.leaves.len() {
                 let col = &mut locals[li * self.len + e0..li * self.len + e1];
                 for (o, acc) in col.iter_mut().zip(accs.chunks_exact(lw)) {
                     *o = (acc[li / 64] >> (li % 64)) & 1;
@@ -983,7 +982,7 @@ impl CompiledGate {
         for (s, v) in p.pvars.iter().enumerate() {
             if let Some(f) = static_pvar(*v, n) {
                 for e in 0..len {
-                    pv[s * self.len + e] = f(xh[e]);
+                    pv[s * len + e] = f(xh[e]);
                 }
             }
         }
@@ -1000,12 +999,13 @@ impl CompiledGate {
             }
             let parts: Vec<(&[u64], u32)> =
                 forms.iter().enumerate().map(|(i, f)| (&shares[i * len..(i + 1) * len], f.bits)).collect();
-            zeroed(opened, forms.len() * len);
+            // (Every value is written by the opening: no clearing.)
+            opened.resize(forms.len() * len, 0);
             ctx.open_many_into(&parts, opened).await?;
-            let mut it = opened.chunks_exact(len.max(1)).map(|c| &c[..len]);
-            let mut next = || it.next().unwrap_or(&[]);
+            // Opened form `i` (bits, then Beaver differences, then outputs).
+            let form = |i: usize| &opened[i * len..(i + 1) * len];
             for j in 0..ex.bits.len() {
-                let vals = next();
+                let vals = form(j);
                 if let Some(s) = slot(PVar::Open(j as u32)) {
                     pv[s * len..(s + 1) * len].copy_from_slice(vals);
                 }
@@ -1014,14 +1014,14 @@ impl CompiledGate {
                     bits.push(vals.to_vec());
                 }
             }
-            for (i, _) in &ex.beaver {
-                let vals = next();
+            for (k, (i, _)) in ex.beaver.iter().enumerate() {
+                let vals = form(ex.bits.len() + k);
                 if let Some(s) = slot(PVar::Beaver(*i)) {
                     pv[s * len..(s + 1) * len].copy_from_slice(vals);
                 }
             }
-            for _ in &ex.outputs {
-                outputs.extend_from_slice(next());
+            for k in 0..ex.outputs.len() {
+                outputs.extend_from_slice(form(ex.bits.len() + ex.beaver.len() + k));
             }
             if t == 0 {
                 self.table_lookup(key, &xh, &bits, locals)?;

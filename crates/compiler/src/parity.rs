@@ -11,20 +11,31 @@ pub(crate) fn words_for(bits: usize) -> usize {
     bits.div_ceil(64)
 }
 
-/// The tables of `M·s` for a fixed `M` (leaves × `bits`).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct ParityTable {
-    /// Bits per chunk (4 or 8); 0: no tables, one fold per row of `rows`.
-    chunk: u32,
-    rows: Vec<(usize, Vec<u64>)>,
-    /// Words per leaf vector.
-    lw: usize,
-    /// Chunks that some leaf reads: (chunk index, offset of its `2^chunk × lw` entries).
-    used: Vec<(usize, usize)>,
-    table: Vec<u64>,
+/// `M·s` for a fixed `M` (leaves × `bits`): tables over chunks of `s`, or one fold per row.
+#[derive(Clone, Debug)]
+pub(crate) enum ParityTable {
+    /// Four-Russians tables.
+    Tables {
+        /// Bits per chunk (4 or 8).
+        chunk: u32,
+        /// Words per leaf vector.
+        lw: usize,
+        /// Chunks that some leaf reads: (chunk index, offset of its `2^chunk × lw` entries).
+        used: Vec<(usize, usize)>,
+        table: Vec<u64>,
+    },
+    /// One masked fold per row: (leaf, row).
+    Folds(Vec<(usize, Vec<u64>)>),
 }
 
-/// Tables larger than this use 4-bit chunks (16 entries each), so they stay in L1/L2.
+impl Default for ParityTable {
+    fn default() -> ParityTable {
+        ParityTable::Folds(vec![])
+    }
+}
+
+/// Byte tables larger than this use 4-bit chunks (16 entries each) or folds, so that what
+/// is read stays in L1/L2.
 const BYTE_TABLE_LIMIT: usize = 128 << 10;
 
 impl ParityTable {
@@ -49,8 +60,7 @@ impl ParityTable {
         } else if used_chunks(4) * lw <= fold_cost {
             4
         } else {
-            let rows = masks.iter().map(|&(li, m)| (li, m.to_vec())).collect();
-            return ParityTable { chunk: 0, lw, rows, used: vec![], table: vec![] };
+            return ParityTable::Folds(masks.iter().map(|&(li, m)| (li, m.to_vec())).collect());
         };
         let entries = 1usize << chunk;
         let mut used = vec![];
@@ -72,36 +82,41 @@ impl ParityTable {
             }
             used.push((j, at));
         }
-        ParityTable { chunk, lw, rows: vec![], used, table }
+        ParityTable::Tables { chunk, lw, used, table }
     }
 
     /// Whether no leaf reads the vector.
     pub(crate) fn is_empty(&self) -> bool {
-        self.used.is_empty() && self.rows.is_empty()
+        match self {
+            ParityTable::Tables { used, .. } => used.is_empty(),
+            ParityTable::Folds(rows) => rows.is_empty(),
+        }
     }
 
     /// `acc ^= M·s` (`acc`: `lw` words).
     #[inline]
     pub(crate) fn apply(&self, s: &[u64], acc: &mut [u64]) {
-        let c = self.chunk as usize;
-        let m = (1u64 << c) - 1;
-        if c == 0 {
-            for (li, row) in &self.rows {
-                let p = row.iter().zip(s).fold(0u64, |acc, (a, b)| acc ^ (a & b)).count_ones() & 1;
-                acc[li / 64] ^= (p as u64) << (li % 64);
+        match self {
+            ParityTable::Folds(rows) => {
+                for (li, row) in rows {
+                    let p = row.iter().zip(s).fold(0u64, |acc, (a, b)| acc ^ (a & b)).count_ones() & 1;
+                    acc[li / 64] ^= (p as u64) << (li % 64);
+                }
             }
-        } else if self.lw == 1 {
-            let mut a = 0u64;
-            for &(j, at) in &self.used {
-                let v = (s[(j * c) / 64] >> ((j * c) % 64)) & m;
-                a ^= self.table[at + v as usize];
-            }
-            acc[0] ^= a;
-        } else {
-            for &(j, at) in &self.used {
-                let v = ((s[(j * c) / 64] >> ((j * c) % 64)) & m) as usize;
-                let row = &self.table[at + v * self.lw..at + (v + 1) * self.lw];
-                acc.iter_mut().zip(row).for_each(|(a, r)| *a ^= r);
+            &ParityTable::Tables { chunk, lw, ref used, ref table } => {
+                let c = chunk as usize;
+                let m = (1u64 << c) - 1;
+                let value = |j: usize| ((s[(j * c) / 64] >> ((j * c) % 64)) & m) as usize;
+                if lw == 1 {
+                    let a = used.iter().fold(0u64, |a, &(j, at)| a ^ table[at + value(j)]);
+                    acc[0] ^= a;
+                } else {
+                    for &(j, at) in used {
+                        let at = at + value(j) * lw;
+                        let row = &table[at..at + lw];
+                        acc.iter_mut().zip(row).for_each(|(a, r)| *a ^= r);
+                    }
+                }
             }
         }
     }
@@ -111,11 +126,15 @@ impl ParityTable {
 mod tests {
     use super::*;
 
+    /// Bit by bit: leaf `li` flips for every bit set in both its row and `s`.
     fn reference(masks: &[(usize, &[u64])], s: &[u64], lw: usize) -> Vec<u64> {
         let mut out = vec![0u64; lw];
         for &(li, m) in masks {
-            let p = m.iter().zip(s).fold(0u64, |acc, (a, b)| acc ^ (a & b)).count_ones() & 1;
-            out[li / 64] ^= (p as u64) << (li % 64);
+            for i in 0..64 * m.len().min(s.len()) {
+                if (m[i / 64] >> (i % 64)) & (s[i / 64] >> (i % 64)) & 1 == 1 {
+                    out[li / 64] ^= 1 << (li % 64);
+                }
+            }
         }
         out
     }
@@ -154,7 +173,7 @@ mod tests {
             masks.push((0, &rows[leaves - 1][..]));
             let t = ParityTable::new(bits, leaves, &masks);
             // Long vectors with few rows fold; the others use tables.
-            assert_eq!(t.chunk == 0, bits >= 4000, "bits {bits}");
+            assert_eq!(matches!(t, ParityTable::Folds(_)), bits >= 4000, "bits {bits}");
             for _ in 0..50 {
                 let mut s: Vec<u64> = (0..w).map(|_| next()).collect();
                 tail(&mut s);
