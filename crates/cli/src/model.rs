@@ -368,6 +368,8 @@ pub struct ModelRow {
     pub n: u32,
     pub f: u32,
     pub online_ms: f64,
+    /// Every timed run's online time, ms (`bench model --reps`), in run order.
+    pub online_ms_runs: Vec<f64>,
     pub keygen_ms: f64,
     pub key_bytes: u64,
     pub comm_bytes: u64,
@@ -409,6 +411,7 @@ impl ModelRow {
             n: g.n,
             f: g.f,
             online_ms: o.online.as_secs_f64() * 1e3,
+            online_ms_runs: vec![o.online.as_secs_f64() * 1e3],
             keygen_ms: o.deal.time.as_secs_f64() * 1e3,
             key_bytes: o.deal.key_bits.div_ceil(8),
             comm_bytes: o.runs[0].stats.comm_bytes().max(o.runs[1].stats.comm_bytes()),

@@ -135,22 +135,31 @@ pub fn gelu(n: u32, f: u32, form: library::GeluForm) -> Result<Compiled, SpecErr
     Compiled::with_options(&spec, CompileOptions { split: Some(true), ..CompileOptions::default() })
 }
 
-/// The options LayerNorm compiles [`library::rsqrt`] with: its comparison split at the
+/// Mantissa bits of the models' `1/σ` grid ([`library::rsqrt_bits`]).
+pub const RSQRT_MANTISSA_BITS: u32 = 6;
+
+/// The options LayerNorm compiles its `1/σ` ([`rsqrt`]) with: the comparison split at the
 /// grid's floor when it has one: a key ~15 % larger (~130 B more per row at n = 50, next to
 /// ~290 B per *element* for the rest of LayerNorm), evaluation ~1.5× faster (the uniform
 /// rows are one window of high positions, and every lone path is shorter).
 pub fn rsqrt_options(n: u32, f: u32, d: u64) -> CompileOptions {
-    let split = (library::rsqrt_floor(n, f, d) > 0).then_some(true);
+    let split = (library::rsqrt_floor_bits(n, f, d, RSQRT_MANTISSA_BITS) > 0).then_some(true);
     CompileOptions { split, ..CompileOptions::default() }
 }
 
-/// `1/σ` of rows of `cols` at scale `scale` from their sum of squares ([`library::rsqrt`]).
+/// The models' `1/σ` grid for rows of `d` ([`library::rsqrt_bits`] with
+/// [`RSQRT_MANTISSA_BITS`]).
+pub fn rsqrt_spec(bits: u32, scale: u32, d: u64) -> crate::spec::OperatorSpec {
+    library::rsqrt_bits(bits, bits, scale, d, RSQRT_MANTISSA_BITS)
+}
+
+/// `1/σ` of rows of `cols` at scale `scale` from their sum of squares ([`rsqrt_spec`]).
 ///
 /// # Errors
 /// [`SpecError`] for unsupported widths.
 pub fn rsqrt(bits: u32, scale: u32, cols: usize) -> Result<Compiled, SpecError> {
     let d = cols as u64;
-    Compiled::with_options(&library::rsqrt(bits, bits, scale, d), rsqrt_options(bits, scale, d))
+    Compiled::with_options(&rsqrt_spec(bits, scale, d), rsqrt_options(bits, scale, d))
 }
 
 /// LayerNorm (`normalize`) or RMSNorm with the mean's shift in one round (a DCF carry with

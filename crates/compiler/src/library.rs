@@ -457,26 +457,44 @@ pub fn reciprocal(f: u32, cols: u64, l: u32) -> OperatorSpec {
 /// floor, so the comparison splits there (a key on the high bits, a window over the uniform
 /// rows) and the spec has ~40 % fewer cells than a grid down to `v = 1`.
 pub fn rsqrt(n: u32, l: u32, f: u32, d: u64) -> OperatorSpec {
-    rsqrt_with_floor(n, l, f, d, rsqrt_floor(n, f, d))
+    rsqrt_bits(n, l, f, d, 7)
+}
+
+/// [`rsqrt`] on a grid of `m` mantissa bits (`2^m` cells per octave; relative error about
+/// `2^{−m−2}`), uniform below `σ = 2^{−6}` as there.
+pub fn rsqrt_bits(n: u32, l: u32, f: u32, d: u64, m: u32) -> OperatorSpec {
+    rsqrt_grid(n, l, f, d, m, rsqrt_floor_bits(n, f, d, m))
 }
 
 /// `log2` of [`rsqrt`]'s narrowest cell: the width of the 7-bit grid's cells at
 /// `σ = 2^{−6}`, i.e. at `v = d·2^{2f−12}` (0 when that is below `2^7`).
 pub fn rsqrt_floor(n: u32, f: u32, d: u64) -> u32 {
+    rsqrt_floor_bits(n, f, d, 7)
+}
+
+/// [`rsqrt_floor`] for a grid of `m` mantissa bits: the width of its cells at `σ = 2^{−6}`.
+pub fn rsqrt_floor_bits(n: u32, f: u32, d: u64, m: u32) -> u32 {
     let log_d = 63 - d.max(1).leading_zeros();
-    (log_d + 2 * f).saturating_sub(19).min(n.saturating_sub(9))
+    (log_d + 2 * f).saturating_sub(12 + m).min(n.saturating_sub(2 + m))
 }
 
 /// [`rsqrt`] with cells at least `2^floor` ulps wide: uniform rows of `2^floor` below
 /// `2^{floor+7}`, 128 cells per octave above (`floor = 0`: the grid down to `v = 1`).
 pub fn rsqrt_with_floor(n: u32, l: u32, f: u32, d: u64, floor: u32) -> OperatorSpec {
-    assert!(floor + 8 < n, "the floor leaves no octave");
+    rsqrt_grid(n, l, f, d, 7, floor)
+}
+
+/// The grid of `m` mantissa bits with cells at least `2^floor` ulps wide: `2^m` uniform rows
+/// of `2^floor` below `2^{floor+m}`, `2^m` cells per octave above.
+pub fn rsqrt_grid(n: u32, l: u32, f: u32, d: u64, m: u32, floor: u32) -> OperatorSpec {
+    assert!((1..=16).contains(&m) && floor + m + 1 < n, "the floor leaves no octave");
     let num = (1u128 << f) as f64 * ((d as f64) * (1u128 << (2 * f)) as f64).sqrt();
     let g = |v: f64| num / v.sqrt();
-    let mut starts: Vec<u64> = (0..128u64).map(|j| j << floor).collect();
-    for e in 7 + floor..n - 1 {
-        for j in 0..128u64 {
-            starts.push((1u64 << e) + (j << (e - 7)));
+    let cells = 1u64 << m;
+    let mut starts: Vec<u64> = (0..cells).map(|j| j << floor).collect();
+    for e in m + floor..n - 1 {
+        for j in 0..cells {
+            starts.push((1u64 << e) + (j << (e - m)));
         }
     }
     starts.push(half(n));
@@ -493,7 +511,8 @@ pub fn rsqrt_with_floor(n: u32, l: u32, f: u32, d: u64, floor: u32) -> OperatorS
     };
     let (b, p) =
         from_starts(starts.clone(), |s| Piece { polys: vec![vec![value(s) as i128]], ..Piece::default() });
-    spec(format!("rsqrt-{d}-{floor}"), n, l, false, f, b, p)
+    let name = if m == 7 { format!("rsqrt-{d}-{floor}") } else { format!("rsqrt-{d}-{floor}-m{m}") };
+    spec(name, n, l, false, f, b, p)
 }
 
 /// The exact arithmetic shift `⌊x / 2^f⌋` of a signed `n`-bit input; with `sign`, a second

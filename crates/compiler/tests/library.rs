@@ -23,6 +23,8 @@ fn small() -> Vec<OperatorSpec> {
         reciprocal(4, 8, 12),
         rsqrt(12, 14, 2, 4),
         rsqrt_with_floor(12, 14, 2, 4, 1),
+        rsqrt_bits(12, 14, 3, 8, 5),
+        rsqrt_grid(12, 13, 2, 4, 4, 2),
         ars(9, 3, false),
         ars(9, 3, true),
         truncate(9, 4),
@@ -71,9 +73,9 @@ fn full_width_at_37_and_50() {
         for (i, s) in specs.iter().enumerate() {
             full_width(s, CompileOptions::default(), 300, (n as u64) << 8 | i as u64);
         }
-        // LayerNorm's rsqrt, split at the grid's floor.
+        // LayerNorm's rsqrt (the models' grid), split at the grid's floor.
         let d = 384;
-        let q = rsqrt(n, n, f, d);
+        let q = compiler::composite::rsqrt_spec(n, f, d);
         full_width(&q, compiler::composite::rsqrt_options(n, f, d), 300, (n as u64) << 8 | 32);
         // Row tables, with the comparison split at the rows (the smaller key may not be).
         let rows =

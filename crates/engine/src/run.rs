@@ -56,14 +56,22 @@ pub fn run_party(
 /// (both in one process) gets one core, and its parallel loops run inline on that thread
 /// instead of handing work to (and waiting on) a pool the other server also uses.
 ///
+/// The pools are kept for the next call: a server's thread, with its working buffers
+/// (tens of MB per layer, kept per thread by the gates), serves query after query instead
+/// of faulting fresh pages in on every one.
+///
 /// # Panics
 /// If the operating system cannot start a thread.
 pub fn on_own_core<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()
-        .map(|pool| pool.install(f))
-        .expect("start a server thread")
+    static IDLE: std::sync::Mutex<Vec<rayon::ThreadPool>> = std::sync::Mutex::new(Vec::new());
+    let idle = || IDLE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let pool = idle().pop();
+    let pool = pool.unwrap_or_else(|| {
+        rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("start a server thread")
+    });
+    let out = pool.install(f);
+    idle().push(pool);
+    out
 }
 
 /// Run both servers' online phases on two threads connected by an in-memory channel, each

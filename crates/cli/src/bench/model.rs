@@ -54,6 +54,14 @@ pub struct ModelBenchArgs {
     /// Simulated network on the server link (latency per message and bandwidth).
     #[arg(long, value_enum, default_value = "none")]
     net: NetChoice,
+    /// Timed runs per implementation (fresh keys each; the implementations alternate run by
+    /// run); `online_ms` is their median, `online_ms_runs` lists them.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Untimed runs per implementation first: servers answer query after query, and the first
+    /// query of a process also pays for starting threads and faulting in working memory.
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
     /// Print one JSON object per line.
     #[arg(long)]
     json: bool,
@@ -64,10 +72,26 @@ pub fn run_bench(a: ModelBenchArgs) -> anyhow::Result<()> {
     let ids = loaded.tokens(None, Some(a.seq))?;
     let (g, x, float_out) = loaded.prepare(&ids)?;
     let mut rng = fss::rng::os_rng()?;
-    for imp in a.implementation.impls() {
-        let link = Link { transport: a.transport, net: a.net.sim() };
-        let o = run_over(&g, &x, &float_out, imp, &mut rng, |_, _| {}, link)?;
-        let row = ModelRow::new(a.model, imp, &g, loaded.layers(), &o, (a.transport.name(), a.net.name()));
+    anyhow::ensure!(a.reps >= 1, "--reps must be at least 1");
+    let impls = a.implementation.impls();
+    let link = Link { transport: a.transport, net: a.net.sim() };
+    let names = (a.transport.name(), a.net.name());
+    let mut runs: Vec<Vec<ModelRow>> = impls.iter().map(|_| vec![]).collect();
+    for rep in 0..a.warmup + a.reps {
+        for (i, &imp) in impls.iter().enumerate() {
+            let o = run_over(&g, &x, &float_out, imp, &mut rng, |_, _| {}, link)?;
+            if rep >= a.warmup {
+                runs[i].push(ModelRow::new(a.model, imp, &g, loaded.layers(), &o, names));
+            }
+        }
+    }
+    for mut rows in runs {
+        // The median run's row (its layer times and keygen), with every run's online time.
+        let times: Vec<f64> = rows.iter().map(|r| r.online_ms).collect();
+        rows.sort_by(|a, b| a.online_ms.total_cmp(&b.online_ms));
+        let mut row = rows.swap_remove(rows.len() / 2);
+        row.online_ms = super::median(times.clone());
+        row.online_ms_runs = times;
         if a.json {
             println!("{}", serde_json::to_string(&row)?);
         } else {

@@ -328,24 +328,38 @@ fn recip_inputs(rng: &mut DealerRng, e: usize, one: i64) -> Vec<u64> {
     (0..e).map(|_| (one as u64) + rng.next_u64() % (127 * one as u64 + 1)).collect()
 }
 
-/// Sums of squares of `d` values at scale `2f` with σ in [0.1, 10].
-fn rsqrt_inputs(rng: &mut DealerRng, e: usize, f: u32, d: u64) -> Vec<u64> {
+/// Sums of squares of `d` values at scale `2f` with σ in [0.1, [`sigma_max`]].
+fn rsqrt_inputs(rng: &mut DealerRng, e: usize, n: u32, f: u32, d: u64) -> Vec<u64> {
+    let top = sigma_max(n, f, d);
     (0..e)
         .map(|_| {
-            let sigma = 0.1 + (rng.next_u64() % 10_000) as f64 / 1000.0;
+            let sigma = 0.1 + (top - 0.1) * (rng.next_u64() % 10_000) as f64 / 10_000.0;
             (sigma * sigma * d as f64 * (1u64 << (2 * f)) as f64) as u64
         })
         .collect()
 }
 
+/// The largest `σ` of the rsqrt rows: 10, or less where `d·σ²` at scale `2f` would not fit
+/// below `2^{n−2}` (σ ≤ 1.4 at n = 37, f = 12, d = 1024).
+fn sigma_max(n: u32, f: u32, d: u64) -> f64 {
+    let room = 2f64.powi(n as i32 - 2 - 2 * f as i32) / d as f64;
+    room.sqrt().min(10.0)
+}
+
+/// `v` to two decimals, for shapes (`10`, `1.41`).
+fn short(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}
+
 /// Max |f64 − fixed point| of `1/σ` over a fixed grid of 200,001 sums of squares (σ from
-/// 0.1 to 10, the range of [`rsqrt_inputs`]), so that the error does not depend on the
-/// sampled elements.
+/// 0.1 to [`sigma_max`], the range of [`rsqrt_inputs`]), so that the error does not depend
+/// on the sampled elements.
 fn rsqrt_error(n: u32, f: u32, d: u64, plain: impl Fn(u64) -> u64) -> f64 {
     const STEPS: u64 = 200_000;
+    let top = sigma_max(n, f, d);
     let grid: Vec<u64> = (0..=STEPS)
         .map(|i| {
-            let sigma = 0.1 + 9.9 * i as f64 / STEPS as f64;
+            let sigma = 0.1 + (top - 0.1) * i as f64 / STEPS as f64;
             (sigma * sigma * d as f64 * (1u64 << (2 * f)) as f64) as u64
         })
         .collect();
@@ -434,10 +448,16 @@ fn sigma_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result<R
         }
         "rsqrt" => {
             let g = Rsqrt::new(n, f, RSQRT_D, e)?;
-            let x = rsqrt_inputs(rng, e, f, RSQRT_D);
+            let x = rsqrt_inputs(rng, e, n, f, RSQRT_D);
             let err = rsqrt_error(n, f, RSQRT_D, |v| g.plain(v));
             let (r, k, t) = measure(&g, &[x], a.reps, rng)?;
-            (r, k, t, format!("{e}, d = {RSQRT_D}, sigma in [0.1, 10]"), Some(err))
+            (
+                r,
+                k,
+                t,
+                format!("{e}, d = {RSQRT_D}, sigma in [0.1, {}]", short(sigma_max(n, f, RSQRT_D))),
+                Some(err),
+            )
         }
         "softmax" | "softmax_causal" => {
             let (rows, cols, causal, x) = softmax_case(op, a, rng)?;
@@ -654,9 +674,13 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
         }
         "rsqrt" => {
             let spec = library::rsqrt(n, n, f, RSQRT_D);
-            let x = rsqrt_inputs(rng, e, f, RSQRT_D);
+            let x = rsqrt_inputs(rng, e, n, f, RSQRT_D);
             let err = rsqrt_error(n, f, RSQRT_D, eval(&spec));
-            let shape = format!("{e}, d = {RSQRT_D}, sigma in [0.1, 10], {} intervals", spec.pieces.len());
+            let shape = format!(
+                "{e}, d = {RSQRT_D}, sigma in [0.1, {}], {} intervals",
+                short(sigma_max(n, f, RSQRT_D)),
+                spec.pieces.len()
+            );
             // Unless `--split` says otherwise, as LayerNorm compiles it.
             let split = a.split.or(composite::rsqrt_options(n, f, RSQRT_D).split);
             run_compiled(op, &spec, x, shape, Some(err), &OpsBenchArgs { split, ..a.clone() }, rng)
@@ -701,10 +725,14 @@ struct NormCase {
     x: Vec<u64>,
 }
 
-/// Normalisation shapes: rows of 1024 with varied gains, biases and row offsets.
+/// Normalisation shapes: rows of up to 1024 with varied gains, biases and row offsets. A
+/// row's sum of squares at scale `2f` (deviations below 8, so squares below `2^6`) must stay
+/// below `2^{n−2}`: narrower rings get shorter rows (32 at n = 37, f = 12).
 fn norm_case(a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result<NormCase> {
     let (ring, one) = (Ring::new(a.n)?, 1i64 << a.f);
-    let cols = 1024;
+    let room = (a.n as i64 - 2 - 2 * a.f as i64 - 6).clamp(0, 10);
+    anyhow::ensure!(room >= 3, "normalisation needs n ≥ 2f + 11 (rows of at least 8 values at this scale)");
+    let cols = 1usize << room;
     let rows = (a.elements / cols).max(1);
     let gamma: Arc<[u64]> =
         (0..cols).map(|j| ring.from_signed(one + (j as i64 % 9 - 4) * one / 16)).collect();
