@@ -192,18 +192,11 @@ impl Ctx {
             let round = self.stats().rounds;
             return Err(GateError::PeerMessage { round, expected, actual: peer.len() });
         }
-        let mut r = BitReader::new(&peer);
-        let mut at = 0;
-        for (mine, bits) in parts {
-            let m = mask(*bits);
-            for (o, &x) in out[at..at + mine.len()].iter_mut().zip(mine.iter()) {
-                let theirs = r.get(*bits).map_err(|_| GateError::Desync("peer message too short"))?;
-                *o = x.wrapping_add(theirs) & m;
-            }
-            at += mine.len();
-            // Each part is padded to a byte.
-            let pad = (8 - (mine.len() as u64 * *bits as u64) % 8) % 8;
-            r.get(pad as u32).map_err(|_| GateError::Desync("peer message too short"))?;
+        let (mut at, mut byte) = (0, 0);
+        for &(mine, bits) in parts {
+            let len = packed_len(mine.len(), bits);
+            add_part(mine, bits, &peer[byte..byte + len], &mut out[at..at + mine.len()])?;
+            (at, byte) = (at + mine.len(), byte + len);
         }
         Ok(())
     }
@@ -216,7 +209,10 @@ impl Ctx {
         }
         let registered = std::mem::take(&mut st.registered);
         st.in_flight = registered.iter().map(|(id, b)| (*id, b.len())).collect();
-        let msg: Vec<u8> = registered.into_iter().flat_map(|(_, b)| b).collect();
+        let msg: Vec<u8> = match registered.len() {
+            1 => registered.into_iter().map(|(_, b)| b).next().unwrap_or_default(),
+            _ => registered.iter().map(|(_, b)| b.as_slice()).collect::<Vec<_>>().concat(),
+        };
         st.stats.rounds += 1;
         st.stats.bytes_sent += msg.len() as u64;
         Some(msg)
@@ -245,16 +241,43 @@ pub fn packed_len(count: usize, bits: u32) -> usize {
     (count as u64 * bits as u64).div_ceil(8) as usize
 }
 
+/// The parts packed one after the other, each LSB first and padded to a byte.
 fn encode(parts: &[(&[u64], u32)]) -> Vec<u8> {
-    let mut all = Vec::new();
-    for (v, bits) in parts {
-        let mut w = BitWriter::new();
-        for &x in v.iter() {
-            w.put(x, *bits);
+    let total = parts.iter().map(|(v, b)| packed_len(v.len(), *b)).sum();
+    let mut all = Vec::with_capacity(total);
+    for &(v, bits) in parts {
+        if bits == 1 {
+            // Opened bits (most of a compiled gate's message): eight per byte.
+            all.extend(v.chunks(8).map(|c| c.iter().rev().fold(0u8, |b, &x| b << 1 | (x & 1) as u8)));
+        } else {
+            let mut w = BitWriter::with_prefix(all);
+            for &x in v {
+                w.put(x, bits);
+            }
+            all = w.finish();
         }
-        all.extend(w.finish());
     }
     all
+}
+
+/// `out[i] = (mine[i] + theirs[i]) mod 2^bits` for one part of a peer's message (`bytes`, as
+/// [`encode`] packs it).
+fn add_part(mine: &[u64], bits: u32, bytes: &[u8], out: &mut [u64]) -> Result<(), GateError> {
+    let short = || GateError::Desync("peer message too short");
+    if bytes.len() < packed_len(mine.len(), bits) {
+        return Err(short());
+    }
+    if bits == 1 {
+        for ((o, &x), i) in out.iter_mut().zip(mine).zip(0..) {
+            *o = (x ^ (bytes[i / 8] >> (i % 8)) as u64) & 1;
+        }
+    } else {
+        let (mut r, m) = (BitReader::new(bytes), mask(bits));
+        for (o, &x) in out.iter_mut().zip(mine) {
+            *o = x.wrapping_add(r.get(bits).map_err(|_| short())?) & m;
+        }
+    }
+    Ok(())
 }
 
 /// Waits until the driver has delivered the peer's shares for one opening.
@@ -409,6 +432,42 @@ mod tests {
         // Round 1: one byte. Round 2: 3 bits (1 byte) + 2 × 50 bits (13 bytes).
         assert_eq!(st.bytes_sent, 1 + 1 + 13);
         assert_eq!(st.comm_bytes(), 2 * 15);
+    }
+
+    #[test]
+    fn packing_matches_the_bit_writer_and_opens_every_width() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for len in [0usize, 1, 7, 8, 9, 63, 64, 65, 200] {
+            for bits in [1u32, 2, 7, 13, 64] {
+                let a: Vec<u64> = (0..len).map(|_| next()).collect();
+                let b: Vec<u64> = (0..len).map(|_| next()).collect();
+                let parts = [(&a[..], bits), (&a[..len / 2], 1), (&b[..], 5)];
+                // The packing is the generic writer's, part by part (each padded to a byte).
+                let mut want = vec![];
+                for (v, w) in parts {
+                    let mut bw = BitWriter::new();
+                    v.iter().for_each(|&x| bw.put(x, w));
+                    want.extend(bw.finish());
+                }
+                assert_eq!(encode(&parts), want, "len {len} bits {bits}");
+                // Adding the peer's part reconstructs the sum mod 2^bits.
+                let theirs = encode(&[(&b[..], bits)]);
+                let mut out = vec![0; len];
+                add_part(&a, bits, &theirs, &mut out).unwrap();
+                for i in 0..len {
+                    assert_eq!(out[i], a[i].wrapping_add(b[i]) & mask(bits));
+                }
+                if len > 0 {
+                    assert!(add_part(&a, bits, &theirs[..theirs.len() - 1], &mut out).is_err());
+                }
+            }
+        }
     }
 
     #[test]
