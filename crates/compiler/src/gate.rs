@@ -37,15 +37,12 @@ pub struct CompiledShape {
     pub len: usize,
 }
 
-/// One party's key for a [`CompiledGate`].
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+/// One party's key for a [`CompiledGate`] (zeroized on drop).
+#[derive(Clone, PartialEq, Eq)]
 pub struct CompiledKey {
-    #[zeroize(skip)]
     party: Party,
     /// Stored width of each dealer word, and the output ring width (public shape).
-    #[zeroize(skip)]
     widths: Vec<u32>,
-    #[zeroize(skip)]
     l: u32,
     /// Per family: the comparison keys (one per element, or one per element and query).
     cmp: Vec<BitDpfKeys>,
@@ -59,6 +56,26 @@ pub struct CompiledKey {
     dcf: Option<DcfKeys>,
     dcf_base: Vec<u64>,
 }
+
+impl Zeroize for CompiledKey {
+    fn zeroize(&mut self) {
+        // (Bulk wipes: `Vec::zeroize` writes element by element.)
+        self.cmp.iter_mut().for_each(Zeroize::zeroize);
+        self.carries.iter_mut().for_each(fss::wipe::wipe);
+        self.words.iter_mut().for_each(fss::wipe::wipe);
+        self.table.zeroize();
+        self.dcf.zeroize();
+        fss::wipe::wipe(&mut self.dcf_base);
+    }
+}
+
+impl Drop for CompiledKey {
+    fn drop(&mut self) {
+        self.zeroize();
+    }
+}
+
+impl ZeroizeOnDrop for CompiledKey {}
 
 impl std::fmt::Debug for CompiledKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -24,8 +24,6 @@
 //! level's nodes stay in the first-level caches; each tile of leaves is converted and
 //! written out as soon as it exists.
 
-use zeroize::{Zeroize, ZeroizeOnDrop};
-
 use crate::codec::{self, BitReader, BitWriter, Header, KeyKind};
 use crate::dpf::MAX_FULL_DOMAIN_BITS;
 use crate::error::{DecodeError, FssError};
@@ -158,16 +156,16 @@ impl AdpfParams {
 
 /// One party's keys for a batch of arithmetic DPFs of one shape. `Debug` shows only the
 /// shape; the material is zeroized on drop.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct AdpfKeys {
-    #[zeroize(skip)]
     params: AdpfParams,
-    #[zeroize(skip)]
     party: Party,
     tree: TreeKeys,
     /// Final correction words: `fcw[k·S + w]` is slot `w` of key `k`.
     fcw: Vec<u64>,
 }
+
+crate::wipe_on_drop!(AdpfKeys { wipe: [fcw], zeroize: [tree] });
 
 impl std::fmt::Debug for AdpfKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

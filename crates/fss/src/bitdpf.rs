@@ -12,8 +12,6 @@
 //! Leaf bit order: output `y` sits at bit `y mod 128` of its leaf block, counted from the
 //! least significant bit (as in `fss_reference_model.py`).
 
-use zeroize::{Zeroize, ZeroizeOnDrop};
-
 use crate::codec::{self, BitReader, BitWriter, Header, KeyKind};
 use crate::dpf::{MAX_FULL_DOMAIN_BITS, SCRATCH, expand_full};
 use crate::error::{DecodeError, FssError};
@@ -72,17 +70,17 @@ impl BitDpfParams {
 
 /// One party's keys for a batch of 1-bit DPFs of one shape. `Debug` shows only the shape;
 /// the material is zeroized on drop.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct BitDpfKeys {
-    #[zeroize(skip)]
     params: BitDpfParams,
-    #[zeroize(skip)]
     party: Party,
     /// Roots and the first `L − 1` levels (no levels for table keys).
     tree: TreeKeys,
     /// Per key, the two leaf correction blocks; for a table key `[table share, 0]`.
     leaf_cw: Vec<[u128; 2]>,
 }
+
+crate::wipe_on_drop!(BitDpfKeys { wipe: [leaf_cw], zeroize: [tree] });
 
 impl std::fmt::Debug for BitDpfKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

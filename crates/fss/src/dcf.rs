@@ -15,8 +15,6 @@
 //!
 //! Key: `λ + n(λ + Kℓ + 2) + Kℓ` bits. Eval: `n(1 + B)` AES (plus `B` for `K > 1`).
 
-use zeroize::{Zeroize, ZeroizeOnDrop};
-
 use crate::codec::{self, BitReader, BitWriter, Header, KeyKind};
 use crate::error::{DecodeError, FssError};
 use crate::prg::{AesBlock, HashKey, Prg};
@@ -110,11 +108,9 @@ impl DcfParams {
 
 /// One party's keys for a batch of DCFs of one shape. `Debug` shows only the shape; the
 /// material is zeroized on drop.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct DcfKeys {
-    #[zeroize(skip)]
     params: DcfParams,
-    #[zeroize(skip)]
     party: Party,
     tree: TreeKeys,
     /// Value correction words: `vcw[(i·K + j)·len + k]` is word `j` of level `i`, key `k`
@@ -123,6 +119,8 @@ pub struct DcfKeys {
     /// Final correction words: `fcw[k·K + j]`.
     fcw: Vec<u64>,
 }
+
+crate::wipe_on_drop!(DcfKeys { wipe: [vcw, fcw], zeroize: [tree] });
 
 impl std::fmt::Debug for DcfKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

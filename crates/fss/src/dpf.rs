@@ -12,8 +12,6 @@
 //! instead, which are all uniform; [`Conversion::LowBits`] reproduces `fss-kat.txt` and is
 //! only for public `β`.
 
-use zeroize::{Zeroize, ZeroizeOnDrop};
-
 use crate::codec::{self, BitReader, BitWriter, Header, KeyKind};
 use crate::error::{DecodeError, FssError};
 use crate::prg::{AesBlock, HashKey, Prg};
@@ -102,15 +100,15 @@ impl DpfParams {
 
 /// One party's keys for a batch of point functions of one shape. `Debug` shows only the
 /// shape; the material is zeroized on drop.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct DpfKeys {
-    #[zeroize(skip)]
     params: DpfParams,
-    #[zeroize(skip)]
     party: Party,
     tree: TreeKeys,
     fcw: Vec<u64>,
 }
+
+crate::wipe_on_drop!(DpfKeys { wipe: [fcw], zeroize: [tree] });
 
 impl std::fmt::Debug for DpfKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -48,6 +48,7 @@ pub mod rng;
 pub mod share;
 mod tree;
 pub mod walk;
+pub mod wipe;
 
 pub use error::{DecodeError, FssError};
 pub use ring::{FixedPoint, Ring};

@@ -9,8 +9,6 @@
 //! to the seed (fss-building-blocks.md §2.2, pitfalls 7–8). Tree level `i` consumes bit
 //! `n − 1 − i` of the point (MSB first).
 
-use zeroize::{Zeroize, ZeroizeOnDrop};
-
 use crate::codec::{BitReader, BitWriter};
 use crate::error::DecodeError;
 use crate::prg::{HashKey, Prg};
@@ -19,9 +17,8 @@ use crate::prg::{HashKey, Prg};
 pub(crate) const SEED_MASK: u128 = !1u128;
 
 /// One party's tree material for a batch of keys with `levels` levels each.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct TreeKeys {
-    #[zeroize(skip)]
     pub levels: u32,
     pub roots: Vec<u128>,
     /// Seed correction words, low and high halves: index `i · len + k` is level `i` of key
@@ -32,6 +29,8 @@ pub(crate) struct TreeKeys {
     pub tcw_left: Vec<u64>,
     pub tcw_right: Vec<u64>,
 }
+
+crate::wipe_on_drop!(TreeKeys { wipe: [roots, scw_lo, scw_hi, tcw_left, tcw_right], zeroize: [] });
 
 impl TreeKeys {
     /// An empty batch of trees with `levels` levels.
