@@ -107,7 +107,9 @@ struct RunMasks {
 }
 
 /// A dense run of a family's points, answered from equality shares over a window:
-/// points `a..=b` (in `β` order), window width `β_b − β_a + 1`, starting at `v − β_b`.
+/// points `a..=b` in `β` order (circularly: a run may continue past `2^bits − 1` into the
+/// smallest `β`s, with `a > b`), window width `(β_b − β_a mod 2^bits) + 1`, starting at
+/// `v − β_b`.
 #[derive(Clone, Debug)]
 struct Run {
     a: usize,
@@ -340,23 +342,44 @@ impl EvalPlan {
 fn dense_runs(fi: usize, f: &Family, plan: &mut FamilyPlan, leaves: &mut [LeafPlan]) {
     let beta = |k: usize| f.points[k].1;
     let users = leaves.iter().filter(|l| l.lt.iter().chain(&l.eq).any(|(g, _)| *g == fi)).count();
-    let mut runs = vec![];
+    let len = f.points.len();
+    // Segments of points without a gap wider than RUN_GAP, as (first, last) indices.
+    let mut segments = vec![];
     let mut a = 0;
-    for k in 1..=f.points.len() {
-        if k == f.points.len() || beta(k) - beta(k - 1) > RUN_GAP {
-            let width = beta(k - 1) - beta(a) + 1;
-            if dense(k - a, width, users) {
-                runs.push(Run { a, b: k - 1, width: width as usize });
-            }
+    for k in 1..=len {
+        if k == len || beta(k) - beta(k - 1) > RUN_GAP {
+            segments.push((a, k - 1));
             a = k;
+        }
+    }
+    // The ring is a circle: the last segment continues into the first when the gap across
+    // 2^bits is small (a signed function's thresholds around 0 make one window, not two).
+    if segments.len() >= 2 && (beta(0) + (mask(f.bits) - beta(len - 1)) + 1) <= RUN_GAP {
+        let (first, last) = (segments.remove(0), segments.pop().expect("two segments"));
+        segments.push((last.0, first.1));
+    }
+    let mut runs = vec![];
+    for (a, b) in segments {
+        let width = (beta(b).wrapping_sub(beta(a)) & mask(f.bits)) + 1;
+        let count = if a <= b { b - a + 1 } else { len - a + b + 1 };
+        if dense(count, width, users) {
+            runs.push(Run { a, b, width: width as usize });
         }
     }
     if runs.is_empty() {
         return;
     }
-    let mut in_run = vec![usize::MAX; f.points.len()];
+    let mut in_run = vec![usize::MAX; len];
     for (ri, r) in runs.iter().enumerate() {
-        in_run[r.a..=r.b].iter_mut().for_each(|x| *x = ri);
+        // (Circularly: a run that wraps holds a.. and ..=b.)
+        let mut k = r.a;
+        loop {
+            in_run[k] = ri;
+            if k == r.b {
+                break;
+            }
+            k = (k + 1) % len;
+        }
     }
     for leaf in leaves.iter_mut() {
         let mut masks: Vec<RunMasks> = runs
@@ -381,7 +404,7 @@ fn dense_runs(fi: usize, f: &Family, plan: &mut FamilyPlan, leaves: &mut [LeafPl
                     m[k / 64] ^= 1 << (k % 64);
                     used[ri] = true;
                     let r = &runs[ri];
-                    let u = (beta(r.b) - beta(k)) as usize;
+                    let u = (beta(r.b).wrapping_sub(beta(k)) & mask(f.bits)) as usize;
                     if is_lt {
                         // C(u') flips for every u' > u: mark u + 1, prefix-XOR below.
                         masks[ri].total ^= true;
@@ -1445,6 +1468,55 @@ mod tests {
     use crate::program::{CompileOptions, compile};
     use crate::spec::{OperatorSpec, Piece};
     use fss::rng::{DealerRng, Rng, SeedableRng};
+
+    /// Every input under edge masks (and two masks near the clusters), against the reference.
+    fn exhaustive_with_masks(program: Arc<Program>, n: u32, out_bits: u32, near: [u64; 2]) {
+        let mut r = DealerRng::seed_from_u64(5);
+        let nm = mask(n);
+        let masks = [0u64, 1, nm, 1 << (n - 1), (1 << (n - 1)) - 1, r.next_u64() & nm, near[0], near[1]];
+        let xs: Vec<u64> = masks.iter().flat_map(|_| 0..1u64 << n).collect();
+        let ms: Vec<u64> = masks.iter().flat_map(|&m| std::iter::repeat_n(m, 1 << n)).collect();
+        let gate = CompiledGate::new(program, xs.len());
+        let out: Vec<u64> = (0..xs.len()).map(|_| r.next_u64() & mask(out_bits)).collect();
+        let rep = gates::harness::run_with_masks(&gate, &[&xs], &[&ms], &out, &mut r).unwrap();
+        assert_eq!(rep.first_mismatch(), None);
+    }
+
+    /// Thresholds dense just below `2^n` and just above 0 make one run that wraps past
+    /// `2^n − 1` (as a signed function's rows around 0 do): one window, exact on every input.
+    #[test]
+    fn a_run_across_the_top_of_the_ring_is_one_window() {
+        let n = 13u32;
+        let top = 1u64 << n;
+        let mut boundaries: Vec<u64> = (0..300).map(|k| 5 + 3 * k).collect();
+        boundaries.extend((0..250).map(|k| top - 4 - 2 * k));
+        boundaries.push(0);
+        boundaries.push(4000);
+        boundaries.sort_unstable();
+        boundaries.dedup();
+        let pieces: Vec<Piece> = (0..boundaries.len())
+            .map(|i| Piece { polys: vec![vec![((i * 53) % 257) as i128 - 128]], ..Piece::default() })
+            .collect();
+        let spec = OperatorSpec {
+            name: "circular".into(),
+            in_bits: n,
+            out_bits: 16,
+            signed: false,
+            scale: None,
+            out_scale: None,
+            boundaries,
+            pieces,
+            atoms: vec![],
+            kappa: vec![],
+            phi: None,
+        };
+        let program = Arc::new(compile(&spec, CompileOptions::default()).unwrap());
+        let plan = EvalPlan::new(&program);
+        let runs: Vec<&Run> = plan.families.iter().flat_map(|f| &f.runs).collect();
+        assert_eq!(runs.len(), 1, "{:?}", plan.families);
+        assert!(runs[0].a > runs[0].b && runs[0].width > 1400, "{:?}", runs[0]);
+        exhaustive_with_masks(program, n, 16, [top - 300, 600]);
+    }
 
     /// Dense thresholds at a small width: the windowed path (with wrapping windows) on every
     /// input under edge masks.

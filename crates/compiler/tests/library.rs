@@ -43,6 +43,17 @@ fn every_backend_on_every_input_at_small_widths() {
     }
 }
 
+/// Row tables with the comparison split at the rows, as the models compile them, at the
+/// smallest widths whose rows are dense enough to be read from windows: GeLU's rows around 0
+/// form one window across the top of the ring, `e^{−x}`'s one plain window.
+#[test]
+fn split_row_tables_read_from_windows_at_small_width() {
+    let split = CompileOptions { split: Some(true), ..CompileOptions::default() };
+    for (i, s) in [gelu_rows(14, 16, 6, GeluForm::Erf, 1), nexp_rows(12, 16, 6, 1)].iter().enumerate() {
+        exhaustive(s, split, 700 + i as u64);
+    }
+}
+
 #[test]
 fn fitted_specs_compile_exactly() {
     use compiler::fit::fit;
