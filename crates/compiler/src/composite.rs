@@ -75,10 +75,11 @@ pub fn compile_cached(spec: &OperatorSpec, options: CompileOptions) -> Result<Ar
 }
 
 /// Rows of `2^NEXP_ROW_BITS` ulps for softmax's `e^{−x}` ([`library::nexp_rows`]): error
-/// 9.8e-4 (4 ulps at f = 12; SIGMA's two tables: 6.5e-4), for a window of 8× fewer
-/// positions than the exactly rounded [`library::nexp`] (softmax at n = 37: 1.8 against
-/// 3.6 µs per element, `fusefss bench ops --n 37 --ops softmax`) and a key 2 B smaller.
-pub const NEXP_ROW_BITS: u32 = 3;
+/// at most 8 ulps (2.0e-3 at f = 12; SIGMA's two tables: 6.5e-4), for a window of 16× fewer
+/// positions than the exactly rounded [`library::nexp`]. The whole softmax stays well inside
+/// SIGMA's error (`fusefss bench ops --n 37 --ops softmax`: 8.6e-4–9.1e-4 against 2.6e-3;
+/// rows of 8 ulps: 5.5e-4–6.0e-4 at 1.78–1.85 µs per element, rows of 16: 1.48–1.75 µs).
+pub const NEXP_ROW_BITS: u32 = 4;
 
 /// The softmax of [`Softmax::sigma`] with a compiled `e^{−x}` (on `cmp_bits + 1` bits, rows
 /// of [`NEXP_ROW_BITS`] with the comparison split at the rows), a
