@@ -125,6 +125,28 @@ struct FamilyPlan {
     groups: Vec<(u64, std::ops::Range<usize>)>,
     runs: Vec<Run>,
     sparse: Vec<usize>,
+    /// The one-by-one points in clusters of one offset whose `β`s lie within a leaf block of
+    /// the first's (a split comparison's `β` and `β + 1`): `(point, β − β_first)` per member.
+    clusters: Vec<Vec<(usize, u64)>>,
+}
+
+impl FamilyPlan {
+    /// Group the one-by-one points (in `β` order within each offset) into clusters.
+    fn cluster(&mut self, f: &Family) {
+        let mut clusters: Vec<Vec<(usize, u64)>> = vec![];
+        for &k in &self.sparse {
+            let (off, beta) = f.points[k];
+            match clusters.last_mut() {
+                Some(c)
+                    if f.points[c[0].0].0 == off && beta - f.points[c[0].0].1 < 1 << bitdpf::LEAF_BITS =>
+                {
+                    c.push((k, beta - f.points[c[0].0].1));
+                }
+                _ => clusters.push(vec![(k, 0)]),
+            }
+        }
+        self.clusters = clusters;
+    }
 }
 
 /// Split points (sorted by `β`) into runs at gaps wider than this.
@@ -267,10 +289,16 @@ impl EvalPlan {
                         _ => groups.push((off, k..k + 1)),
                     }
                 }
-                let mut plan = FamilyPlan { groups, runs: vec![], sparse: (0..f.points.len()).collect() };
+                let mut plan = FamilyPlan {
+                    groups,
+                    runs: vec![],
+                    sparse: (0..f.points.len()).collect(),
+                    clusters: vec![],
+                };
                 if p.cmp == CmpBackend::OneKey && plan.groups.len() == 1 && f.bits > bitdpf::LEAF_BITS {
                     dense_runs(fi, f, &mut plan, &mut leaves);
                 }
+                plan.cluster(f);
                 plan
             })
             .collect();
@@ -725,23 +753,28 @@ impl CompiledGate {
                         let sub = plan.sparse.len();
                         let keys = key.cmp[fi].slice(e0, e1);
                         if sub <= FEW_POINTS {
-                            // A few points per element: one lane each, no trie. Point by
-                            // point, lane e evaluates key e: consecutive keys, whose walk
-                            // reads correction words as slices and vectorises.
+                            // A few points per element: one lane each, no trie; a cluster of
+                            // points within a leaf block of each other shares its lane. Lane
+                            // e evaluates key e: consecutive keys, whose walk reads correction
+                            // words as slices and vectorises.
                             let m = mask(f.bits);
-                            for &k in &plan.sparse {
-                                let (off, b) = f.points[k];
+                            for c in &plan.clusters {
+                                let (off, b) = f.points[c[0].0];
                                 s.pts.clear();
                                 s.pts.extend(
                                     xh[e0..e1].iter().map(|&x| f.view(n, x, off).wrapping_sub(b) & m),
                                 );
+                                s.deltas.clear();
+                                s.deltas.extend(c.iter().map(|&(_, d)| d));
                                 s.cmp.clear();
-                                s.cmp.resize(s.pts.len(), CmpShares::default());
-                                keys.eval(&s.pts, &mut s.cmp)?;
-                                for (e, c) in s.cmp.iter().enumerate() {
-                                    lt_f[e * w + k / 64] |= (c.lt.0 as u64) << (k % 64);
-                                    if f.eq {
-                                        eq_f[e * w + k / 64] |= (c.eq.0 as u64) << (k % 64);
+                                s.cmp.resize(s.pts.len() * c.len(), CmpShares::default());
+                                keys.eval_near(&s.pts, &s.deltas, &mut s.cmp)?;
+                                for (e, shares) in s.cmp.chunks_exact(c.len()).enumerate() {
+                                    for (&(k, _), sh) in c.iter().zip(shares) {
+                                        lt_f[e * w + k / 64] |= (sh.lt.0 as u64) << (k % 64);
+                                        if f.eq {
+                                            eq_f[e * w + k / 64] |= (sh.eq.0 as u64) << (k % 64);
+                                        }
                                     }
                                 }
                             }
@@ -1243,6 +1276,7 @@ fn zeroed(v: &mut Vec<u64>, len: usize) {
 #[derive(Default)]
 struct Scratch {
     cmp: Vec<CmpShares>,
+    deltas: Vec<u64>,
     sub: Vec<u64>,
     pts: Vec<u64>,
     idx: Vec<u32>,

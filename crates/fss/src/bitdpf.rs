@@ -16,6 +16,7 @@ use crate::codec::{self, BitReader, BitWriter, Header, KeyKind};
 use crate::dpf::{MAX_FULL_DOMAIN_BITS, SCRATCH, expand_full};
 use crate::error::{DecodeError, FssError};
 use crate::prg::{AesBlock, HashKey, Prg, from_block, sigma, to_block};
+use crate::ring::mask;
 use crate::rng::{CryptoRng, random_block, random_seed};
 use crate::share::{Party, XorBit};
 use crate::tree::{DealerTrees, TreeKeys, correct, path_bit};
@@ -236,13 +237,28 @@ impl BitDpfKeys {
     }
 
     fn eval_chunk(&self, key: impl Fn(usize) -> usize, points: &[u64], out: &mut [CmpShares]) {
-        let m = points.len();
         if self.params.is_table() {
-            for k in 0..m {
+            for k in 0..points.len() {
                 out[k] = self.finish(points[k], self.leaf_cw[key(k)][0], 0, 0);
             }
             return;
         }
+        self.walk_chunk(key, points, |k, leaf| {
+            let (lt, eq) = leaf.answer((points[k] & 127) as u32);
+            out[k] = CmpShares { lt: XorBit(lt), eq: XorBit(eq) };
+        });
+    }
+
+    /// Walk lane `k` (key `key(k)`) to the leaf block of `points[k]` for every lane, and hand
+    /// each lane's block to `at_leaf` (not for table keys).
+    #[inline(always)]
+    fn walk_chunk(
+        &self,
+        key: impl Fn(usize) -> usize,
+        points: &[u64],
+        mut at_leaf: impl FnMut(usize, LaneLeaf),
+    ) {
+        let m = points.len();
         let (n, levels) = (self.params.domain_bits, self.params.levels());
         let prg = Prg::global();
         let mut w = Walk::new(m, |k| self.tree.roots[key(k)], self.party.bit());
@@ -260,25 +276,76 @@ impl BitDpfKeys {
         let (acc, prev) = (&w.acc[..m], &w.prev[..m]);
         let (e0, e1) = (&enc[0][..m], &enc[1][..m]);
         let party = self.party.bit() as u64;
-        // Branch-free form of `finish`, so that the loop vectorises.
         for k in 0..m {
             let kk = key(k);
-            let y = points[k];
-            let sel = ((y >> shift) & 1).wrapping_neg();
+            let sel = ((points[k] >> shift) & 1).wrapping_neg();
             let t = tm[k];
             let acc = acc[k] ^ (t & (sel ^ prev[k]));
             let (al, ah) = walk::select_hash(&e0[k], &e1[k], sel, lo[k], hi[k]);
             let [c0, c1] = self.leaf_cw[kk];
             let cw = c0 ^ ((c0 ^ c1) & ((sel as u128) << 64 | sel as u128));
             let (bl, bh) = (al ^ (cw as u64 & t), ah ^ ((cw >> 64) as u64 & t));
-            // Leaves 0..=pos, or above pos when the last step went right (prev = 1).
-            let pos = (y & 127) as u32;
-            let (ml, mh) = upto_halves(pos);
-            let (ml, mh) = (ml ^ sel, mh ^ sel);
-            let parity = ((bl & ml).count_ones() + (bh & mh).count_ones()) as u64 & 1;
-            let eq = if pos < 64 { bl >> pos } else { bh >> (pos - 64) } & 1;
-            out[k] = CmpShares { lt: XorBit((acc ^ parity ^ party) & 1 == 1), eq: XorBit(eq == 1) };
+            at_leaf(k, LaneLeaf { bl, bh, sel, flip: (acc ^ party) & 1 });
         }
+    }
+
+    /// Evaluate key `i` at `(points[i] − d) mod 2^n` for every `d` of `deltas`, into
+    /// `out[i·D + j]` for `deltas[j]` (`D = deltas.len()`). One walk per key reaches the leaf
+    /// block of `points[i]`; every point in that block is answered from it (a split
+    /// comparison's thresholds come as `β` and `β + 1`), the others take walks of their own.
+    ///
+    /// # Errors
+    /// [`FssError::LengthMismatch`] or [`FssError::PointOutOfDomain`].
+    pub fn eval_near(&self, points: &[u64], deltas: &[u64], out: &mut [CmpShares]) -> Result<(), FssError> {
+        let n = self.params.domain_bits;
+        walk::check_len(self.len(), points.len())?;
+        walk::check_len(points.len() * deltas.len(), out.len())?;
+        walk::check_points(points, n)?;
+        let (d, m) = (deltas.len(), mask(n));
+        if self.params.is_table() || d <= 1 {
+            let mut pts = vec![0u64; points.len()];
+            let mut one = vec![CmpShares::default(); points.len()];
+            for (j, &dj) in deltas.iter().enumerate() {
+                pts.iter_mut().zip(points).for_each(|(p, &y)| *p = y.wrapping_sub(dj) & m);
+                self.eval(&pts, &mut one)?;
+                out.iter_mut().skip(j).step_by(d).zip(&one).for_each(|(o, c)| *o = *c);
+            }
+            return Ok(());
+        }
+        let (mut far_keys, mut far_pts, mut far_at) = (vec![], vec![], vec![]);
+        walk::run_chunks(None, points, out, d, |map, pts, o| {
+            let walk::KeyMap::Offset(off) = map else { unreachable!("offset keys") };
+            self.walk_chunk(
+                |k| off + k,
+                pts,
+                |k, leaf| {
+                    let y = pts[k];
+                    for (j, &dj) in deltas.iter().enumerate() {
+                        let z = y.wrapping_sub(dj) & m;
+                        if z >> LEAF_BITS == y >> LEAF_BITS {
+                            let (lt, eq) = leaf.answer((z & 127) as u32);
+                            o[k * d + j] = CmpShares { lt: XorBit(lt), eq: XorBit(eq) };
+                        }
+                    }
+                },
+            );
+        });
+        for (i, &y) in points.iter().enumerate() {
+            for (j, &dj) in deltas.iter().enumerate() {
+                let z = y.wrapping_sub(dj) & m;
+                if z >> LEAF_BITS != y >> LEAF_BITS {
+                    far_keys.push(i as u32);
+                    far_pts.push(z);
+                    far_at.push(i * d + j);
+                }
+            }
+        }
+        if !far_keys.is_empty() {
+            let mut far = vec![CmpShares::default(); far_keys.len()];
+            self.eval_indexed(&far_keys, &far_pts, &mut far)?;
+            far_at.iter().zip(&far).for_each(|(&at, c)| out[at] = *c);
+        }
+        Ok(())
     }
 
     /// The comparison shares at `y` from the leaf block reached by a walk.
@@ -1123,6 +1190,7 @@ fn prefix_xor(mut x: u128) -> u128 {
 }
 
 /// A lane walk's leaf block (halves), its last direction as a mask, and the LT flip.
+#[derive(Clone, Copy)]
 struct LaneLeaf {
     bl: u64,
     bh: u64,
@@ -1132,7 +1200,7 @@ struct LaneLeaf {
 
 impl LaneLeaf {
     /// (LT, EQ) shares of the point at block position `pos`.
-    #[inline]
+    #[inline(always)]
     fn answer(&self, pos: u32) -> (bool, bool) {
         let (ml, mh) = upto_halves(pos);
         let (ml, mh) = (ml ^ self.sel, mh ^ self.sel);

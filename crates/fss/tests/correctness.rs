@@ -520,3 +520,49 @@ fn bitdpf_windows() {
         assert!(bad.is_err());
     }
 }
+
+/// `eval_near` (one walk per key, neighbours answered from its leaf block, the rest walked
+/// on their own) gives every point the shares a walk of its own gives, in and across blocks.
+#[test]
+fn bitdpf_near_points_share_a_walk() {
+    let mut r = rng(21);
+    for n in [3u32, 7, 8, 10, 12, 37, 64] {
+        let params = BitDpfParams::new(n).unwrap();
+        let m = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        let keys = 700;
+        let alphas: Vec<u64> = (0..keys).map(|_| r.next_u64() & m).collect();
+        let (k0, k1) = bitdpf::keygen(params, &alphas, &mut r).unwrap();
+        // Points at and near block edges, near α, and random.
+        let points: Vec<u64> = (0..keys)
+            .map(|i| match i % 4 {
+                0 => (r.next_u64() & m & !127) | [0, 1, 126, 127][i / 4 % 4],
+                1 => alphas[i].wrapping_add(i as u64 % 3) & m,
+                _ => r.next_u64() & m,
+            } & m)
+            .collect();
+        let deltas = [0u64, 1, 2, 127, 128, 300];
+        let d = deltas.len();
+        let mut near = [vec![CmpShares::default(); keys * d], vec![CmpShares::default(); keys * d]];
+        k0.eval_near(&points, &deltas, &mut near[0]).unwrap();
+        k1.eval_near(&points, &deltas, &mut near[1]).unwrap();
+        for (j, &dj) in deltas.iter().enumerate() {
+            let pts: Vec<u64> = points.iter().map(|&y| y.wrapping_sub(dj) & m).collect();
+            let mut one = vec![CmpShares::default(); keys];
+            k0.eval(&pts, &mut one).unwrap();
+            for i in 0..keys {
+                assert_eq!(near[0][i * d + j], one[i], "n={n} key={i} delta={dj}");
+                check_cmp(
+                    near[0][i * d + j],
+                    near[1][i * d + j],
+                    pts[i],
+                    alphas[i],
+                    &format!("n={n} i={i} d={dj}"),
+                );
+            }
+        }
+    }
+    // Shapes are checked.
+    let (k0, _) = bitdpf::keygen(BitDpfParams::new(9).unwrap(), &[1, 2], &mut r).unwrap();
+    assert!(k0.eval_near(&[0, 1], &[0, 1], &mut [CmpShares::default(); 3]).is_err());
+    assert!(k0.eval_near(&[0, 1 << 9], &[0], &mut [CmpShares::default(); 2]).is_err());
+}
