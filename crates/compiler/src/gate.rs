@@ -1140,7 +1140,15 @@ impl CompiledGate {
         let one = if f.bits == 1 { 1 } else { u64::MAX };
         let mut cols = vec![0u64; used.len() * BLOCK];
         let mut lcols = vec![0u64; lused.len() * BLOCK];
-        let mut src = vec![0u64; BLOCK];
+        let mut tmp = vec![0u64; BLOCK];
+        // Term indices grouped by public monomial (terms without one first), in term order.
+        let mut groups: Vec<(Option<u32>, Vec<usize>)> = vec![(None, vec![])];
+        for (ti, t) in f.terms.iter().enumerate() {
+            match groups.iter_mut().find(|(p, _)| *p == t.pmono) {
+                Some((_, g)) => g.push(ti),
+                None => groups.push((t.pmono, vec![ti])),
+            }
+        }
         for e0 in (0..self.len).step_by(BLOCK) {
             let e1 = (e0 + BLOCK).min(self.len);
             let w = e1 - e0;
@@ -1167,31 +1175,40 @@ impl CompiledGate {
                 }
             }
             let acc = &mut out[e0..e1];
-            for t in &f.terms {
-                let s: &[u64] = match t.src {
-                    Src::One if !party0 => continue,
-                    Src::One => {
-                        src[..w].fill(1);
-                        &src[..w]
-                    }
-                    Src::Word(j) => &key.words[j as usize][e0..e1],
-                    Src::Local(j) => {
-                        let c = lslot[j as usize];
-                        &lcols[c * BLOCK..c * BLOCK + w]
+            // Terms by public monomial: `Σ_t c_t·pm·v_t = pm·Σ_t c_t·v_t`, one product per
+            // term and one per monomial instead of two per term.
+            for (pmono, group) in &groups {
+                let sum: &mut [u64] = match pmono {
+                    None => &mut *acc,
+                    Some(_) => {
+                        tmp[..w].fill(0);
+                        &mut tmp[..w]
                     }
                 };
-                match t.pmono {
-                    None => {
-                        for (a, &v) in acc.iter_mut().zip(s) {
-                            *a = a.wrapping_add(t.coef.wrapping_mul(v));
+                for &ti in group {
+                    let t = &f.terms[ti];
+                    match t.src {
+                        Src::One if !party0 => {}
+                        Src::One => sum.iter_mut().for_each(|a| *a = a.wrapping_add(t.coef)),
+                        Src::Word(j) => {
+                            let v = &key.words[j as usize][e0..e1];
+                            for (a, &v) in sum.iter_mut().zip(v) {
+                                *a = a.wrapping_add(t.coef.wrapping_mul(v));
+                            }
+                        }
+                        Src::Local(j) => {
+                            let c = lslot[j as usize];
+                            for (a, &v) in sum.iter_mut().zip(&lcols[c * BLOCK..c * BLOCK + w]) {
+                                *a = a.wrapping_add(t.coef.wrapping_mul(v));
+                            }
                         }
                     }
-                    Some(i) => {
-                        let c = slot[i as usize];
-                        let col = &cols[c * BLOCK..c * BLOCK + w];
-                        for ((a, &v), &pm) in acc.iter_mut().zip(s).zip(col) {
-                            *a = a.wrapping_add(t.coef.wrapping_mul(pm).wrapping_mul(v));
-                        }
+                }
+                if let Some(i) = pmono {
+                    let c = slot[*i as usize];
+                    let col = &cols[c * BLOCK..c * BLOCK + w];
+                    for ((a, &v), &pm) in acc.iter_mut().zip(&tmp[..w]).zip(col) {
+                        *a = a.wrapping_add(pm.wrapping_mul(v));
                     }
                 }
             }
