@@ -86,8 +86,10 @@ fn full_width_at_37_and_50() {
         }
         // LayerNorm's rsqrt (the models' grid), split at the grid's floor.
         let d = 384;
-        let q = compiler::composite::rsqrt_spec(n, f, d);
-        full_width(&q, compiler::composite::rsqrt_options(n, f, d), 300, (n as u64) << 8 | 32);
+        use compiler::composite::{RSQRT_MANTISSA_BITS as M, rsqrt_options};
+        let q = rsqrt_bits(n, n, f, d, M);
+        full_width(&q, rsqrt_options(n, f, d, M), 300, (n as u64) << 8 | 32);
+        full_width(&rsqrt(n, n, f, d), rsqrt_options(n, f, d, 7), 100, (n as u64) << 8 | 33);
         // Row tables, with the comparison split at the rows (the smaller key may not be).
         let rows =
             [gelu_rows(n - f, n, f, GeluForm::Erf, 6), silu_rows(n, n, f, 6), nexp_rows(n - f + 2, n, f, 3)];

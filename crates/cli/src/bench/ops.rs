@@ -682,7 +682,7 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
                 spec.pieces.len()
             );
             // Unless `--split` says otherwise, as LayerNorm compiles it.
-            let split = a.split.or(composite::rsqrt_options(n, f, RSQRT_D).split);
+            let split = a.split.or(composite::rsqrt_options(n, f, RSQRT_D, 7).split);
             run_compiled(op, &spec, x, shape, Some(err), &OpsBenchArgs { split, ..a.clone() }, rng)
         }
         "softmax" | "softmax_causal" => {
