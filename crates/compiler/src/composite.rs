@@ -123,9 +123,10 @@ pub const GELU_ROW_BITS: u32 = 6;
 
 /// The models' GeLU on inputs that fit `n − f` bits: [`library::gelu_rows`] (the residual
 /// from rows of `2^6` ulps, minimax per row) with the comparison split at the rows. Against
-/// the exactly rounded [`library::gelu`] it reads a window of ~500 high positions instead of
-/// ~33k positions per element (3.4× faster: 0.87 against 2.96 µs at n = 37, `fusefss bench
-/// ops --n 37 --ops gelu [--rows 6 --split true]`) for a key of 398
+/// the exactly rounded [`library::gelu`] it reads one window of 514 high positions (its rows
+/// around 0, across the top of the ring) instead of ~33k positions per element (4× faster:
+/// 0.66 against 2.63 µs at n = 37, `fusefss bench ops --n 37 --ops gelu [--rows 6 --split
+/// true]`, median of 9) for a key of 398
 /// against 385 B per element at n = 37, and an error of 3.9e-3 instead of 1.2e-4 (SIGMA's
 /// table: 7.6e-3).
 ///
