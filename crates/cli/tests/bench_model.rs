@@ -1,0 +1,75 @@
+//! `fusefss bench model --json`: the fields the issue names, exact on both implementations,
+//! and `--reps` / `--warmup`.
+
+use std::process::Command;
+
+fn fusefss(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_fusefss")).args(args).output().expect("run fusefss")
+}
+
+#[test]
+fn model_rows_name_every_field_and_the_median_run() {
+    let out = fusefss(&[
+        "bench",
+        "model",
+        "--model",
+        "bert-tiny",
+        "--seq",
+        "12",
+        "--layers",
+        "1",
+        "--impl",
+        "both",
+        "--reps",
+        "2",
+        "--warmup",
+        "0",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 2);
+    let fields = [
+        "model",
+        "impl",
+        "seq",
+        "layers",
+        "n",
+        "f",
+        "online_ms",
+        "keygen_ms",
+        "key_bytes",
+        "comm_bytes",
+        "rounds",
+        "exact",
+        "max_abs_err_vs_float",
+        "cosine_vs_float",
+    ];
+    for r in &rows {
+        for f in fields {
+            assert!(r.get(f).is_some(), "{r} lacks {f}");
+        }
+        assert_eq!(
+            (r["model"].as_str(), r["seq"].as_u64(), r["layers"].as_u64()),
+            (Some("bert-tiny"), Some(12), Some(1))
+        );
+        assert_eq!(r["exact"], true, "{r}");
+        // Two timed runs; the reported time is their median (the upper one of two).
+        let runs: Vec<f64> =
+            r["online_ms_runs"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        assert_eq!(runs.len(), 2, "{r}");
+        assert_eq!(r["online_ms"].as_f64().unwrap(), runs.iter().cloned().fold(f64::MIN, f64::max));
+    }
+    let get = |imp: &str| rows.iter().find(|r| r["impl"] == imp).unwrap_or_else(|| panic!("no {imp} row"));
+    let (f, s) = (get("fusefss"), get("sigma"));
+    assert!(f["rounds"].as_u64() < s["rounds"].as_u64());
+    assert!(f["comm_bytes"].as_u64() < s["comm_bytes"].as_u64());
+}
+
+#[test]
+fn zero_reps_is_an_error() {
+    let out = fusefss(&["bench", "model", "--seq", "4", "--reps", "0"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--reps"));
+}
