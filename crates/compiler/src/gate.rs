@@ -751,7 +751,8 @@ impl CompiledGate {
                         s.offsets.clear();
                         s.offsets.push(0);
                         let sub = plan.sparse.len();
-                        let keys = key.cmp[fi].slice(e0, e1);
+                        // This chunk's keys, read in place.
+                        let (keys, range) = (&key.cmp[fi], e0..e1);
                         if sub <= FEW_POINTS {
                             // A few points per element: one lane each, no trie; a cluster of
                             // points within a leaf block of each other shares its lane. Lane
@@ -768,7 +769,7 @@ impl CompiledGate {
                                 s.deltas.extend(c.iter().map(|&(_, d)| d));
                                 s.cmp.clear();
                                 s.cmp.resize(s.pts.len() * c.len(), CmpShares::default());
-                                keys.eval_near(&s.pts, &s.deltas, &mut s.cmp)?;
+                                keys.eval_near_of(range.clone(), &s.pts, &s.deltas, &mut s.cmp)?;
                                 for (e, shares) in s.cmp.chunks_exact(c.len()).enumerate() {
                                     for (&(k, _), sh) in c.iter().zip(shares) {
                                         lt_f[e * w + k / 64] |= (sh.lt.0 as u64) << (k % 64);
@@ -790,7 +791,7 @@ impl CompiledGate {
                             s.eq.clear();
                             s.eq.resize(if f.eq { (e1 - e0) * ws } else { 0 }, 0);
                             let eqs = if f.eq { Some(&mut s.eq[..]) } else { None };
-                            keys.eval_sorted_bits(&s.pts, &s.offsets, &mut s.lt, eqs)?;
+                            keys.eval_sorted_bits_of(range.clone(), &s.pts, &s.offsets, &mut s.lt, eqs)?;
                             let full = sub == t;
                             for e in 0..e1 - e0 {
                                 let (rs, rf) = (e * ws..(e + 1) * ws, e * w..(e + 1) * w);
@@ -843,7 +844,7 @@ impl CompiledGate {
                             let win = &mut windows[fi][ri];
                             // (The window walk writes every word.)
                             win.bits.resize((e1 - e0) * rw, 0);
-                            keys.eval_window_bits(&starts, r.width, &mut win.bits)?;
+                            keys.eval_window_bits_of(range.clone(), &starts, r.width, &mut win.bits)?;
                             win.wrap.clear();
                             win.suffix.clear();
                             for (e, &start) in starts.iter().enumerate() {

@@ -297,17 +297,35 @@ impl BitDpfKeys {
     /// # Errors
     /// [`FssError::LengthMismatch`] or [`FssError::PointOutOfDomain`].
     pub fn eval_near(&self, points: &[u64], deltas: &[u64], out: &mut [CmpShares]) -> Result<(), FssError> {
+        self.eval_near_of(0..self.len(), points, deltas, out)
+    }
+
+    /// [`BitDpfKeys::eval_near`] for the keys in `keys` (`points[j]` for key
+    /// `keys.start + j`), without copying them out of the batch.
+    ///
+    /// # Errors
+    /// As [`BitDpfKeys::eval_near`], and [`FssError::InvalidParams`] for a range outside the
+    /// batch.
+    pub fn eval_near_of(
+        &self,
+        keys: std::ops::Range<usize>,
+        points: &[u64],
+        deltas: &[u64],
+        out: &mut [CmpShares],
+    ) -> Result<(), FssError> {
         let n = self.params.domain_bits;
-        walk::check_len(self.len(), points.len())?;
+        walk::check_range(&keys, self.len())?;
+        walk::check_len(keys.len(), points.len())?;
         walk::check_len(points.len() * deltas.len(), out.len())?;
         walk::check_points(points, n)?;
-        let (d, m) = (deltas.len(), mask(n));
+        let (d, m, base) = (deltas.len(), mask(n), keys.start);
         if self.params.is_table() || d <= 1 {
+            let idx: Vec<u32> = keys.clone().map(|k| k as u32).collect();
             let mut pts = vec![0u64; points.len()];
             let mut one = vec![CmpShares::default(); points.len()];
             for (j, &dj) in deltas.iter().enumerate() {
                 pts.iter_mut().zip(points).for_each(|(p, &y)| *p = y.wrapping_sub(dj) & m);
-                self.eval(&pts, &mut one)?;
+                self.eval_lanes(Some(&idx), &pts, &mut one)?;
                 out.iter_mut().skip(j).step_by(d).zip(&one).for_each(|(o, c)| *o = *c);
             }
             return Ok(());
@@ -316,7 +334,7 @@ impl BitDpfKeys {
         walk::run_chunks(None, points, out, d, |map, pts, o| {
             let walk::KeyMap::Offset(off) = map else { unreachable!("offset keys") };
             self.walk_chunk(
-                |k| off + k,
+                |k| base + off + k,
                 pts,
                 |k, leaf| {
                     let y = pts[k];
@@ -334,7 +352,7 @@ impl BitDpfKeys {
             for (j, &dj) in deltas.iter().enumerate() {
                 let z = y.wrapping_sub(dj) & m;
                 if z >> LEAF_BITS != y >> LEAF_BITS {
-                    far_keys.push(i as u32);
+                    far_keys.push((base + i) as u32);
                     far_pts.push(z);
                     far_at.push(i * d + j);
                 }
@@ -405,18 +423,37 @@ impl BitDpfKeys {
         points: &[u64],
         offsets: &[usize],
         lt: &mut [u64],
+        eq: Option<&mut [u64]>,
+    ) -> Result<(), FssError> {
+        self.eval_sorted_bits_of(0..self.len(), points, offsets, lt, eq)
+    }
+
+    /// [`BitDpfKeys::eval_sorted_bits`] for the keys in `keys` (group `g` of `offsets` for
+    /// key `keys.start + g`), without copying them out of the batch.
+    ///
+    /// # Errors
+    /// As [`BitDpfKeys::eval_sorted_bits`], and [`FssError::InvalidParams`] for a range
+    /// outside the batch.
+    pub fn eval_sorted_bits_of(
+        &self,
+        keys: std::ops::Range<usize>,
+        points: &[u64],
+        offsets: &[usize],
+        lt: &mut [u64],
         mut eq: Option<&mut [u64]>,
     ) -> Result<(), FssError> {
-        walk::check_len(self.len() + 1, offsets.len())?;
-        if offsets[0] != 0 || offsets[self.len()] != points.len() || offsets.windows(2).any(|w| w[0] > w[1]) {
-            return Err(FssError::LengthMismatch { expected: points.len(), actual: offsets[self.len()] });
+        walk::check_range(&keys, self.len())?;
+        let (base, count) = (keys.start, keys.len());
+        walk::check_len(count + 1, offsets.len())?;
+        if offsets[0] != 0 || offsets[count] != points.len() || offsets.windows(2).any(|w| w[0] > w[1]) {
+            return Err(FssError::LengthMismatch { expected: points.len(), actual: offsets[count] });
         }
         let words = sorted_words(offsets);
         walk::check_len(words, lt.len())?;
         if let Some(e) = &eq {
             walk::check_len(words, e.len())?;
         }
-        for g in 0..self.len() {
+        for g in 0..count {
             let pts = &points[offsets[g]..offsets[g + 1]];
             if pts.windows(2).any(|w| w[0] > w[1]) {
                 return Err(FssError::Unsorted);
@@ -432,9 +469,9 @@ impl BitDpfKeys {
         let mut jobs = Vec::new();
         let (mut rest_lt, mut rest_eq) = (lt, eq);
         let mut g0 = 0;
-        while g0 < self.len() {
+        while g0 < count {
             let mut g1 = g0 + 1;
-            while g1 < self.len() && (offsets[g1] - offsets[g0] < walk::CHUNK || g1 - g0 < walk::PAR) {
+            while g1 < count && (offsets[g1] - offsets[g0] < walk::CHUNK || g1 - g0 < walk::PAR) {
                 g1 += 1;
             }
             let w = sorted_words(&offsets[g0..=g1]);
@@ -452,7 +489,7 @@ impl BitDpfKeys {
             g0 = g1;
         }
         let run = |(g0, g1, l, e): (usize, usize, &mut [u64], Option<&mut [u64]>)| {
-            self.sorted_chunk(g0..g1, points, offsets, l, e)
+            self.sorted_chunk(base, g0..g1, points, offsets, l, e)
         };
         if jobs.len() == 1 {
             jobs.into_iter().for_each(run);
@@ -476,10 +513,27 @@ impl BitDpfKeys {
     /// [`FssError::PointOutOfDomain`] for a start outside the domain, and
     /// [`FssError::InvalidParams`] for a window wider than the domain.
     pub fn eval_window_bits(&self, starts: &[u64], width: usize, out: &mut [u64]) -> Result<(), FssError> {
+        self.eval_window_bits_of(0..self.len(), starts, width, out)
+    }
+
+    /// [`BitDpfKeys::eval_window_bits`] for the keys in `keys` (`starts[j]` for key
+    /// `keys.start + j`), without copying them out of the batch.
+    ///
+    /// # Errors
+    /// As [`BitDpfKeys::eval_window_bits`], and [`FssError::InvalidParams`] for a range
+    /// outside the batch.
+    pub fn eval_window_bits_of(
+        &self,
+        keys: std::ops::Range<usize>,
+        starts: &[u64],
+        width: usize,
+        out: &mut [u64],
+    ) -> Result<(), FssError> {
         let n = self.params.domain_bits;
-        walk::check_len(self.len(), starts.len())?;
+        walk::check_range(&keys, self.len())?;
+        walk::check_len(keys.len(), starts.len())?;
         let words = width.div_ceil(64);
-        walk::check_len(self.len() * words, out.len())?;
+        walk::check_len(keys.len() * words, out.len())?;
         walk::check_points(starts, n)?;
         if width == 0 || (n < 64 && width as u64 > 1u64 << n) {
             return Err(FssError::InvalidParams("window wider than the domain"));
@@ -491,7 +545,8 @@ impl BitDpfKeys {
         let per_job = walk::PAR.max(walk::CHUNK * 128 / width.max(128));
         let jobs: Vec<(usize, &mut [u64])> =
             out.chunks_mut(per_job * words).enumerate().map(|(j, o)| (j * per_job, o)).collect();
-        let run = |(k0, o): (usize, &mut [u64])| self.window_chunk(k0, starts, width, o);
+        let base = keys.start;
+        let run = |(k0, o): (usize, &mut [u64])| self.window_chunk(base, k0, starts, width, o);
         if jobs.len() == 1 {
             jobs.into_iter().for_each(run);
         } else {
@@ -501,8 +556,9 @@ impl BitDpfKeys {
         Ok(())
     }
 
-    /// [`BitDpfKeys::eval_window_bits`] for keys `k0..k0 + out.len()/words`.
-    fn window_chunk(&self, k0: usize, starts: &[u64], width: usize, out: &mut [u64]) {
+    /// [`BitDpfKeys::eval_window_bits`] for starts `k0..k0 + out.len()/words`, of keys
+    /// `base + k0..`.
+    fn window_chunk(&self, base: usize, k0: usize, starts: &[u64], width: usize, out: &mut [u64]) {
         let n = self.params.domain_bits;
         let words = width.div_ceil(64);
         let count = out.len() / words;
@@ -529,7 +585,7 @@ impl BitDpfKeys {
         if self.params.is_table() {
             let size = 1usize << n;
             for k in 0..count {
-                let table = self.leaf_cw[k0 + k][0];
+                let table = self.leaf_cw[base + k0 + k][0];
                 let start = starts[k0 + k] as usize;
                 // The window may wrap: read the table cyclically, one 128-bit block at a time.
                 let blocks: Vec<u128> = (0..width.div_ceil(128))
@@ -605,7 +661,7 @@ impl BitDpfKeys {
                 let path = |first: bool| -> Walk {
                     let pts: Vec<u64> =
                         tasks.iter().map(|t| if first { t.lo } else { t.hi } >> below).collect();
-                    let key = |k: usize| k0 + tasks[k].key;
+                    let key = |k: usize| base + k0 + tasks[k].key;
                     let mut w = Walk::new(tasks.len(), |k| self.tree.roots[key(k)], self.party.bit());
                     let mut enc = w.buffers();
                     for i in 0..top {
@@ -626,7 +682,7 @@ impl BitDpfKeys {
                     }
                 }
             } else {
-                let root = |t: &Task| self.tree.roots[k0 + t.key];
+                let root = |t: &Task| self.tree.roots[base + k0 + t.key];
                 lo.extend(tasks.iter().map(|t| root(t) as u64));
                 hi.extend(tasks.iter().map(|t| (root(t) >> 64) as u64));
                 tm.resize(tasks.len(), (self.party.bit() as u64).wrapping_neg());
@@ -656,7 +712,7 @@ impl BitDpfKeys {
                 if below == 0 {
                     // Children are leaf blocks: keep those in the task's block range.
                     for t in &tasks {
-                        let g = k0 + t.key;
+                        let g = base + k0 + t.key;
                         let cw = self.leaf_cw[g];
                         let (clo, chi) = (t.lo.max(2 * t.p0), t.hi.min(2 * (t.p0 + t.m as u64 - 1) + 1));
                         let at = block_at[t.key] + t.at + (clo - t.lo) as usize;
@@ -679,7 +735,7 @@ impl BitDpfKeys {
                 ntm.resize(2 * nodes, 0);
                 let (scw_lo, scw_hi) = self.tree.scw_level(i);
                 for t in tasks.iter_mut() {
-                    let g = k0 + t.key;
+                    let g = base + k0 + t.key;
                     let (cl, ch) = (scw_lo[g], scw_hi[g]);
                     let tcw = [(self.tree.tcw_left[g] >> i) & 1, (self.tree.tcw_right[g] >> i) & 1];
                     let r = t.n0..t.n0 + t.m;
@@ -723,6 +779,7 @@ impl BitDpfKeys {
     /// At a leaf, one prefix-XOR of the block answers every point in it.
     fn sorted_chunk(
         &self,
+        base: usize,
         groups: std::ops::Range<usize>,
         points: &[u64],
         offsets: &[usize],
@@ -773,7 +830,7 @@ impl BitDpfKeys {
             };
         if self.params.is_table() {
             for g in groups {
-                leaf(g, offsets[g]..offsets[g + 1], self.leaf_cw[g][0], 0, 0, true);
+                leaf(g, offsets[g]..offsets[g + 1], self.leaf_cw[base + g][0], 0, 0, true);
             }
             return;
         }
@@ -829,7 +886,7 @@ impl BitDpfKeys {
                 key: g as u32,
                 lo: offsets[g] as u32,
                 hi: offsets[g + 1] as u32,
-                s: self.tree.roots[g],
+                s: self.tree.roots[base + g],
                 t: self.party.bit(),
                 prev: 0,
                 acc: 0,
@@ -873,15 +930,16 @@ impl BitDpfKeys {
                 let last = i == levels - 1;
                 frontier.clear();
                 for &(node, c, slot) in children.iter() {
-                    let g = node.key as usize;
+                    // (Group g of this call is key base + g of the batch.)
+                    let (g, kg) = (node.key as usize, base + node.key as usize);
                     let (cu, k) = (c as usize, slot as usize);
                     let a = from_block(&enc[cu][k]) ^ from_block(&sig[cu][k]);
                     let acc = node.acc ^ (node.t & (c != node.prev) as u8);
                     if last {
-                        let blk = a ^ (self.leaf_cw[g][cu] & (node.t as u128).wrapping_neg());
+                        let blk = a ^ (self.leaf_cw[kg][cu] & (node.t as u128).wrapping_neg());
                         leaf(g, node.lo as usize..node.hi as usize, blk, c, acc, false);
                     } else {
-                        let (s, t) = correct(a, node.t, self.tree.scw(i, g), self.tree.tcw(i, g, c as u64));
+                        let (s, t) = correct(a, node.t, self.tree.scw(i, kg), self.tree.tcw(i, kg, c as u64));
                         let child = Node { s, t, prev: c, acc, ..node };
                         let (first, last) = (points[child.lo as usize], points[child.hi as usize - 1]);
                         if levels - i <= RESUME_LEVELS {
@@ -913,7 +971,7 @@ impl BitDpfKeys {
             for batch in pending.chunk_by(|a, b| a.0 == b.0) {
                 for part in batch.chunks(walk::CHUNK) {
                     let from = part[0].0;
-                    let res = self.resume_lanes(from, part.iter().map(|(_, nd)| nd), points);
+                    let res = self.resume_lanes(base, from, part.iter().map(|(_, nd)| nd), points);
                     for ((_, nd), r) in part.iter().zip(res) {
                         let range = nd.lo as usize..nd.hi as usize;
                         for (p, &y) in range.clone().zip(&points[range]) {
@@ -938,6 +996,7 @@ impl BitDpfKeys {
     /// lie in one leaf block): the leaf block of each, in order.
     fn resume_lanes<'a>(
         &self,
+        base: usize,
         from: u32,
         nodes: impl Iterator<Item = &'a Node>,
         points: &[u64],
@@ -951,7 +1010,7 @@ impl BitDpfKeys {
         let acc: Vec<u64> = nodes.iter().map(|nd| bit(nd.acc)).collect();
         let prev: Vec<u64> = nodes.iter().map(|nd| bit(nd.prev)).collect();
         let pts: Vec<u64> = nodes.iter().map(|nd| points[nd.lo as usize]).collect();
-        let keys: Vec<usize> = nodes.iter().map(|nd| nd.key as usize).collect();
+        let keys: Vec<usize> = nodes.iter().map(|nd| base + nd.key as usize).collect();
         let key = |k: usize| keys[k];
         let prg = Prg::global();
         let mut w = Walk::resume(&seeds, &t, &acc, &prev);

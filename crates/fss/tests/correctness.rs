@@ -566,3 +566,52 @@ fn bitdpf_near_points_share_a_walk() {
     assert!(k0.eval_near(&[0, 1], &[0, 1], &mut [CmpShares::default(); 3]).is_err());
     assert!(k0.eval_near(&[0, 1 << 9], &[0], &mut [CmpShares::default(); 2]).is_err());
 }
+
+/// The `_of` evaluators read a range of a batch in place and answer exactly as the range
+/// copied out (`slice`) does; a range outside the batch is an error.
+#[test]
+fn bitdpf_key_ranges_match_slices() {
+    let mut r = rng(22);
+    for n in [6u32, 20, 37] {
+        let m = mask(n);
+        let keys = 300;
+        let alphas: Vec<u64> = (0..keys).map(|_| r.next_u64() & m).collect();
+        let (k0, _) = bitdpf::keygen(BitDpfParams::new(n).unwrap(), &alphas, &mut r).unwrap();
+        for range in [0..keys, 37..251, 299..300] {
+            let cut = k0.slice(range.start, range.end);
+            let len = range.len();
+            // Points near each key's α, so that the walks reach their leaves.
+            let pts: Vec<u64> = range.clone().map(|i| alphas[i].wrapping_add(r.next_u64() % 5) & m).collect();
+            let deltas = [0u64, 1, 3];
+            let (mut a, mut b) = (vec![CmpShares::default(); len * 3], vec![CmpShares::default(); len * 3]);
+            cut.eval_near(&pts, &deltas, &mut a).unwrap();
+            k0.eval_near_of(range.clone(), &pts, &deltas, &mut b).unwrap();
+            assert_eq!(a, b, "near n={n} {range:?}");
+            let width: usize = 200.min(1 << n);
+            let words = width.div_ceil(64);
+            let (mut a, mut b) = (vec![0u64; len * words], vec![0u64; len * words]);
+            cut.eval_window_bits(&pts, width, &mut a).unwrap();
+            k0.eval_window_bits_of(range.clone(), &pts, width, &mut b).unwrap();
+            assert_eq!(a, b, "window n={n} {range:?}");
+            // Three sorted points per key.
+            let sorted: Vec<u64> = pts
+                .iter()
+                .flat_map(|&y| {
+                    let mut v = [y, y.wrapping_add(1) & m, y.wrapping_add(900) & m];
+                    v.sort_unstable();
+                    v
+                })
+                .collect();
+            let offsets: Vec<usize> = (0..=len).map(|g| 3 * g).collect();
+            let words = bitdpf::sorted_words(&offsets);
+            let (mut a, mut b) = (vec![0u64; words], vec![0u64; words]);
+            let (mut ea, mut eb) = (vec![0u64; words], vec![0u64; words]);
+            cut.eval_sorted_bits(&sorted, &offsets, &mut a, Some(&mut ea)).unwrap();
+            k0.eval_sorted_bits_of(range.clone(), &sorted, &offsets, &mut b, Some(&mut eb)).unwrap();
+            assert_eq!((a, ea), (b, eb), "sorted n={n} {range:?}");
+        }
+        let mut out = vec![CmpShares::default(); 2];
+        assert!(k0.eval_near_of(299..301, &[0, 0], &[0], &mut out).is_err());
+        assert!(k0.eval_window_bits_of(301..302, &[0], 8, &mut [0u64]).is_err());
+    }
+}
