@@ -118,8 +118,8 @@ struct Run {
 }
 
 /// Per family: the points grouped by offset, each group sorted by `β`; for a one-group
-/// family, its dense runs and the points still evaluated one by one (with each run's first
-/// point, whose `LT` anchors the run).
+/// family, its dense runs and the points still evaluated one by one (each run's first
+/// point, whose `LT` anchors the run, comes with the run's window).
 #[derive(Clone, Debug)]
 struct FamilyPlan {
     groups: Vec<(u64, std::ops::Range<usize>)>,
@@ -473,9 +473,9 @@ fn dense_runs(fi: usize, f: &Family, plan: &mut FamilyPlan, leaves: &mut [LeafPl
             leaf.runs.push((fi, ri, m));
         }
     }
-    // One by one: points outside runs, and each run's first point.
-    plan.sparse =
-        (0..f.points.len()).filter(|&k| in_run[k] == usize::MAX || runs.iter().any(|r| r.a == k)).collect();
+    // One by one: the points outside runs. (Each run's first point, whose `LT` anchors the
+    // run, is the window's last point: the window walk answers it.)
+    plan.sparse = (0..f.points.len()).filter(|&k| in_run[k] == usize::MAX).collect();
     plan.runs = runs;
 }
 
@@ -844,7 +844,22 @@ impl CompiledGate {
                             let win = &mut windows[fi][ri];
                             // (The window walk writes every word.)
                             win.bits.resize((e1 - e0) * rw, 0);
-                            keys.eval_window_bits_of(range.clone(), &starts, r.width, &mut win.bits)?;
+                            s.cmp.clear();
+                            s.cmp.resize(starts.len(), CmpShares::default());
+                            keys.eval_window_end_of(
+                                range.clone(),
+                                &starts,
+                                r.width,
+                                &mut win.bits,
+                                &mut s.cmp,
+                            )?;
+                            // The run's anchor: its first point, at the window's last position.
+                            for (e, sh) in s.cmp.iter().enumerate() {
+                                lt_f[e * w + r.a / 64] |= (sh.lt.0 as u64) << (r.a % 64);
+                                if f.eq {
+                                    eq_f[e * w + r.a / 64] |= (sh.eq.0 as u64) << (r.a % 64);
+                                }
+                            }
                             win.wrap.clear();
                             win.suffix.clear();
                             for (e, &start) in starts.iter().enumerate() {

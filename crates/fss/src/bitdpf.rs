@@ -529,6 +529,37 @@ impl BitDpfKeys {
         width: usize,
         out: &mut [u64],
     ) -> Result<(), FssError> {
+        self.window(keys, starts, width, out, None)
+    }
+
+    /// [`BitDpfKeys::eval_window_bits_of`], and the comparison shares at each window's last
+    /// point `starts[j] + width − 1` into `end[j]`: that point's path is the window's own
+    /// last path, so its walk resumes where the window's stops (the `LT` a dense run is
+    /// anchored on, for a few levels instead of a walk of its own).
+    ///
+    /// # Errors
+    /// As [`BitDpfKeys::eval_window_bits_of`], and [`FssError::LengthMismatch`] for `end` of
+    /// the wrong length.
+    pub fn eval_window_end_of(
+        &self,
+        keys: std::ops::Range<usize>,
+        starts: &[u64],
+        width: usize,
+        out: &mut [u64],
+        end: &mut [CmpShares],
+    ) -> Result<(), FssError> {
+        walk::check_len(starts.len(), end.len())?;
+        self.window(keys, starts, width, out, Some(end))
+    }
+
+    fn window(
+        &self,
+        keys: std::ops::Range<usize>,
+        starts: &[u64],
+        width: usize,
+        out: &mut [u64],
+        end: Option<&mut [CmpShares]>,
+    ) -> Result<(), FssError> {
         let n = self.params.domain_bits;
         walk::check_range(&keys, self.len())?;
         walk::check_len(keys.len(), starts.len())?;
@@ -543,10 +574,19 @@ impl BitDpfKeys {
             return Ok(());
         }
         let per_job = walk::PAR.max(walk::CHUNK * 128 / width.max(128));
-        let jobs: Vec<(usize, &mut [u64])> =
-            out.chunks_mut(per_job * words).enumerate().map(|(j, o)| (j * per_job, o)).collect();
+        let mut ends: Vec<Option<&mut [CmpShares]>> = match end {
+            Some(e) => e.chunks_mut(per_job).map(Some).collect(),
+            None => vec![],
+        };
+        ends.resize_with(out.len().div_ceil(per_job * words), || None);
+        let jobs: Vec<WindowJob<'_>> = out
+            .chunks_mut(per_job * words)
+            .zip(ends)
+            .enumerate()
+            .map(|(j, (o, e))| (j * per_job, o, e))
+            .collect();
         let base = keys.start;
-        let run = |(k0, o): (usize, &mut [u64])| self.window_chunk(base, k0, starts, width, o);
+        let run = |(k0, o, e): WindowJob<'_>| self.window_chunk(base, k0, starts, width, o, e);
         if jobs.len() == 1 {
             jobs.into_iter().for_each(run);
         } else {
@@ -558,8 +598,18 @@ impl BitDpfKeys {
 
     /// [`BitDpfKeys::eval_window_bits`] for starts `k0..k0 + out.len()/words`, of keys
     /// `base + k0..`.
-    fn window_chunk(&self, base: usize, k0: usize, starts: &[u64], width: usize, out: &mut [u64]) {
+    fn window_chunk(
+        &self,
+        base: usize,
+        k0: usize,
+        starts: &[u64],
+        width: usize,
+        out: &mut [u64],
+        mut end: Option<&mut [CmpShares]>,
+    ) {
         let n = self.params.domain_bits;
+        // Each window's last point.
+        let last = |k: usize| starts[k0 + k].wrapping_add(width as u64 - 1) & mask(n);
         let words = width.div_ceil(64);
         let count = out.len() / words;
         // Window bit u of a key is bit (u + off) of its first block onwards.
@@ -597,6 +647,9 @@ impl BitDpfKeys {
                     })
                     .collect();
                 put(&mut out[k * words..(k + 1) * words], &blocks, 0, &mut Vec::new());
+                if let Some(e) = end.as_deref_mut() {
+                    e[k] = self.finish(last(k), table, 0, 0);
+                }
             }
             return;
         }
@@ -666,11 +719,32 @@ impl BitDpfKeys {
                     let mut enc = w.buffers();
                     for i in 0..top {
                         w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
-                        w.descend_all::<false>(&enc, &self.tree, i, key, &pts, top - 1 - i);
+                        w.descend_all::<true>(&enc, &self.tree, i, key, &pts, top - 1 - i);
                     }
                     w
                 };
                 let (a, b) = (path(true), path(false));
+                if let Some(e) = end.as_deref_mut() {
+                    // A key's last task holds its window's last block: resume its last path.
+                    let mut node_of = vec![0usize; count];
+                    tasks.iter().enumerate().for_each(|(j, t)| node_of[t.key] = j);
+                    let bit = |m: u64| (m & 1) as u8;
+                    let nodes: Vec<Node> = (0..count)
+                        .map(|k| {
+                            let j = node_of[k];
+                            Node {
+                                key: k as u32,
+                                lo: k as u32,
+                                hi: k as u32 + 1,
+                                s: b.seed(j),
+                                t: bit(b.t[j]),
+                                prev: bit(b.prev[j]),
+                                acc: bit(b.acc[j]),
+                            }
+                        })
+                        .collect();
+                    self.window_ends(base + k0, top, &nodes, count, &last, e);
+                }
                 for (k, t) in tasks.iter_mut().enumerate() {
                     let (pa, pb) = (t.lo >> below, t.hi >> below);
                     (t.n0, t.m, t.p0) = (lo.len(), (pb - pa + 1) as usize, pa);
@@ -686,6 +760,21 @@ impl BitDpfKeys {
                 lo.extend(tasks.iter().map(|t| root(t) as u64));
                 hi.extend(tasks.iter().map(|t| (root(t) >> 64) as u64));
                 tm.resize(tasks.len(), (self.party.bit() as u64).wrapping_neg());
+                if let Some(e) = end {
+                    let party = self.party.bit();
+                    let nodes: Vec<Node> = (0..count)
+                        .map(|k| Node {
+                            key: k as u32,
+                            lo: k as u32,
+                            hi: k as u32 + 1,
+                            s: self.tree.roots[base + k0 + k],
+                            t: party,
+                            prev: 0,
+                            acc: 0,
+                        })
+                        .collect();
+                    self.window_ends(base + k0, 0, &nodes, count, &last, e);
+                }
             }
             for i in top..levels {
                 let below = levels - 1 - i;
@@ -769,6 +858,27 @@ impl BitDpfKeys {
                 put(&mut out[k * words..(k + 1) * words], &blocks[block_at[k]..block_at[k + 1]], off, halves);
             }
         });
+    }
+
+    /// The comparison shares at each window's last point (`last(k)`), from the node its
+    /// window walk reached at depth `from` (`nodes[k]`, of key `base + k`).
+    fn window_ends(
+        &self,
+        base: usize,
+        from: u32,
+        nodes: &[Node],
+        count: usize,
+        last: &impl Fn(usize) -> u64,
+        end: &mut [CmpShares],
+    ) {
+        let ends: Vec<u64> = (0..count).map(last).collect();
+        for (part, out) in nodes.chunks(walk::CHUNK).zip(end.chunks_mut(walk::CHUNK)) {
+            let leaves = self.resume_lanes(base, from, part.iter(), &ends);
+            for ((nd, leaf), o) in part.iter().zip(leaves).zip(out.iter_mut()) {
+                let (lt, eq) = leaf.answer((ends[nd.lo as usize] & 127) as u32);
+                *o = CmpShares { lt: XorBit(lt), eq: XorBit(eq) };
+            }
+        }
     }
 
     /// The trie walk of [`BitDpfKeys::eval_sorted_bits`] for the keys in `groups`.
@@ -1249,6 +1359,9 @@ fn prefix_xor(mut x: u128) -> u128 {
     x ^= x << 64;
     x
 }
+
+/// One job of a window evaluation: its first start, its output words, its end shares.
+type WindowJob<'a> = (usize, &'a mut [u64], Option<&'a mut [CmpShares]>);
 
 /// A lane walk's leaf block (halves), its last direction as a mask, and the LT flip.
 #[derive(Clone, Copy)]

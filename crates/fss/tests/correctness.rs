@@ -515,6 +515,32 @@ fn bitdpf_windows() {
                     assert_eq!(w0[i * words + words - 1] >> (width % 64), 0);
                 }
             }
+            // With the shares at each window's last point: the same bits, and the shares a
+            // walk of its own gives that point (also for a range of the batch).
+            for range in [0..keys, 13..61] {
+                let len = range.len();
+                let st = &starts[range.clone()];
+                let mut w = vec![0u64; len * words];
+                let (mut e0, mut e1) = (vec![CmpShares::default(); len], vec![CmpShares::default(); len]);
+                k0.eval_window_end_of(range.clone(), st, width, &mut w, &mut e0).unwrap();
+                k1.eval_window_end_of(range.clone(), st, width, &mut vec![0u64; len * words], &mut e1)
+                    .unwrap();
+                assert_eq!(w, w0[range.start * words..range.end * words], "n {n} width {width}");
+                let ends: Vec<u64> = st.iter().map(|&s| s.wrapping_add(width as u64 - 1) & mask(n)).collect();
+                let idx: Vec<u32> = range.clone().map(|k| k as u32).collect();
+                let mut one = vec![CmpShares::default(); len];
+                k0.eval_indexed(&idx, &ends, &mut one).unwrap();
+                assert_eq!(e0, one, "n {n} width {width} {range:?}");
+                for j in 0..len {
+                    check_cmp(
+                        e0[j],
+                        e1[j],
+                        ends[j],
+                        alphas[range.start + j],
+                        &format!("end n {n} width {width} {j}"),
+                    );
+                }
+            }
         }
         let bad = k0.eval_window_bits(&vec![0; keys], 0, &mut []);
         assert!(bad.is_err());
