@@ -720,17 +720,38 @@ impl CompiledGate {
 
     /// Party `b`'s comparison: fills the leaves' XOR shares into `locals`.
     fn comparison(&self, key: &CompiledKey, xh: &[u64], locals: &mut [u64]) -> Result<(), GateError> {
+        // Buffers kept per thread (MBs for a row's thousands of thresholds): fresh ones would
+        // be faulted in again by every gate.
+        let mut sc = CMP_SCRATCH.with_borrow_mut(|pool| pool.pop()).unwrap_or_default();
+        let out = self.comparison_in(key, xh, locals, &mut sc);
+        CMP_SCRATCH.with_borrow_mut(|pool| {
+            if pool.len() < 2 {
+                pool.push(sc);
+            }
+        });
+        out
+    }
+
+    fn comparison_in(
+        &self,
+        key: &CompiledKey,
+        xh: &[u64],
+        locals: &mut [u64],
+        cs: &mut CmpScratch,
+    ) -> Result<(), GateError> {
         let p = &*self.program;
         let total: usize = p.families.iter().map(|f| f.points.len()).sum::<usize>().max(1);
         let chunk = ((1 << 17) / total).clamp(64, 4096);
         let party0 = key.party == Party::P0;
         let n = self.n();
-        let mut scratch = Scratch::default();
+        let CmpScratch { scratch, lt, eq, windows } = cs;
         // lt/eq bitsets per family, point order: [element][word]
-        let mut lt: Vec<Vec<u64>> = vec![vec![]; p.families.len()];
-        let mut eq: Vec<Vec<u64>> = vec![vec![]; p.families.len()];
-        let mut windows: Vec<Vec<Window>> =
-            self.plan.families.iter().map(|f| vec![Window::default(); f.runs.len()]).collect();
+        lt.resize_with(p.families.len(), Vec::new);
+        eq.resize_with(p.families.len(), Vec::new);
+        windows.resize_with(p.families.len(), Vec::new);
+        for (w, f) in windows.iter_mut().zip(&self.plan.families) {
+            w.resize_with(f.runs.len(), Window::default);
+        }
         for e0 in (0..self.len).step_by(chunk) {
             let e1 = (e0 + chunk).min(self.len);
             for (fi, f) in p.families.iter().enumerate() {
@@ -744,7 +765,7 @@ impl CompiledGate {
                 match p.cmp {
                     CmpBackend::OneKey => {
                         let plan = &self.plan.families[fi];
-                        let s = &mut scratch;
+                        let s = &mut *scratch;
                         s.pts.clear();
                         s.idx.clear();
                         s.split.clear();
@@ -1303,6 +1324,20 @@ thread_local! {
 fn zeroed(v: &mut Vec<u64>, len: usize) {
     v.clear();
     v.resize(len, 0);
+}
+
+/// [`CompiledGate::comparison`]'s buffers, kept per thread: the walks' scratch, and per
+/// family the `LT`/`EQ` bitsets and the dense runs' windows.
+#[derive(Default)]
+struct CmpScratch {
+    scratch: Scratch,
+    lt: Vec<Vec<u64>>,
+    eq: Vec<Vec<u64>>,
+    windows: Vec<Vec<Window>>,
+}
+
+thread_local! {
+    static CMP_SCRATCH: std::cell::RefCell<Vec<CmpScratch>> = std::cell::RefCell::default();
 }
 
 /// Buffers reused across chunks of the comparison.
