@@ -77,8 +77,9 @@ pub fn compile_cached(spec: &OperatorSpec, options: CompileOptions) -> Result<Ar
 /// Rows of `2^NEXP_ROW_BITS` ulps for softmax's `e^{−x}` ([`library::nexp_rows`]): error
 /// at most 8 ulps (2.0e-3 at f = 12; SIGMA's two tables: 6.5e-4), for a window of 16× fewer
 /// positions than the exactly rounded [`library::nexp`]. The whole softmax stays well inside
-/// SIGMA's error (`fusefss bench ops --n 37 --ops softmax`: 8.6e-4–9.1e-4 against 2.6e-3;
-/// rows of 8 ulps: 5.5e-4–6.0e-4 at 1.78–1.85 µs per element, rows of 16: 1.48–1.75 µs).
+/// SIGMA's error (`fusefss bench ops --n 37 --ops softmax`: 8.6e-4–9.7e-4, SIGMA's 2.0e-3 in
+/// `--impl both`; rows of 8 ulps: 5.5e-4–6.0e-4 at 1.78–1.85 µs per element, rows of 16:
+/// 1.48–1.75 µs).
 pub const NEXP_ROW_BITS: u32 = 4;
 
 /// The softmax of [`Softmax::sigma`] with a compiled `e^{−x}` (on `cmp_bits + 1` bits, rows
@@ -139,8 +140,8 @@ pub fn gelu(n: u32, f: u32, form: library::GeluForm) -> Result<Compiled, SpecErr
 
 /// Mantissa bits of LayerNorm's `1/σ` grid ([`library::rsqrt_bits`]): with 6, the grid has
 /// half the thresholds of the 7-bit [`library::rsqrt`] and LayerNorm's error is SIGMA's
-/// (`fusefss bench ops --ops layernorm`: 6.5e-3 against 6.3e-3 at n = 50, 9.5e-3 against
-/// 8.6e-3 at n = 37; 7 bits: 3.4e-3) for ~40 % less evaluation time (bert-tiny's LayerNorms:
+/// (`fusefss bench ops --ops layernorm`: 6.5e-3–6.9e-3 against 6.2e-3–6.5e-3 at n = 50,
+/// 9.5e-3 against 8.6e-3 at n = 37; 7 bits: 3.4e-3) for ~40 % less evaluation time (bert-tiny's LayerNorms:
 /// 91 → 51 ms). RMSNorm, whose outputs are not centred, keeps 7 bits
 /// ([`RMS_RSQRT_MANTISSA_BITS`]; with 6 its error was 1.6× SIGMA's).
 pub const RSQRT_MANTISSA_BITS: u32 = 6;

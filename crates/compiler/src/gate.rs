@@ -1655,14 +1655,6 @@ mod tests {
         let program = Arc::new(compile(&spec, CompileOptions::default()).unwrap());
         let plan = EvalPlan::new(&program);
         assert!(plan.families.iter().map(|f| f.runs.len()).sum::<usize>() >= 2, "{:?}", plan.families);
-        let mut r = DealerRng::seed_from_u64(3);
-        let nm = mask(n);
-        let masks = [0u64, 1, nm, 1 << (n - 1), (1 << (n - 1)) - 1, r.next_u64() & nm, 150, 11100];
-        let xs: Vec<u64> = masks.iter().flat_map(|_| 0..1u64 << n).collect();
-        let ms: Vec<u64> = masks.iter().flat_map(|&m| std::iter::repeat_n(m, 1 << n)).collect();
-        let gate = CompiledGate::new(program, xs.len());
-        let out: Vec<u64> = (0..xs.len()).map(|_| r.next_u64() & mask(16)).collect();
-        let rep = gates::harness::run_with_masks(&gate, &[&xs], &[&ms], &out, &mut r).unwrap();
-        assert_eq!(rep.first_mismatch(), None);
+        exhaustive_with_masks(program, n, 16, [150, 11100]);
     }
 }

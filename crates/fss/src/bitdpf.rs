@@ -319,7 +319,10 @@ impl BitDpfKeys {
         walk::check_len(points.len() * deltas.len(), out.len())?;
         walk::check_points(points, n)?;
         let (d, m, base) = (deltas.len(), mask(n), keys.start);
-        if self.params.is_table() || d <= 1 {
+        if d == 0 {
+            return Ok(());
+        }
+        if self.params.is_table() {
             let idx: Vec<u32> = keys.clone().map(|k| k as u32).collect();
             let mut pts = vec![0u64; points.len()];
             let mut one = vec![CmpShares::default(); points.len()];
@@ -608,8 +611,17 @@ impl BitDpfKeys {
         mut end: Option<&mut [CmpShares]>,
     ) {
         let n = self.params.domain_bits;
-        // Each window's last point.
+        // Each window's last point, and the node its walk resumes from (a lane of its own).
         let last = |k: usize| starts[k0 + k].wrapping_add(width as u64 - 1) & mask(n);
+        let end_node = |k: usize, s: u128, t: u8, prev: u8, acc: u8| Node {
+            key: k as u32,
+            lo: k as u32,
+            hi: k as u32 + 1,
+            s,
+            t,
+            prev,
+            acc,
+        };
         let words = width.div_ceil(64);
         let count = out.len() / words;
         // Window bit u of a key is bit (u + off) of its first block onwards.
@@ -711,7 +723,8 @@ impl BitDpfKeys {
             tm.clear();
             if top > 0 {
                 let below = levels - top;
-                let path = |first: bool| -> Walk {
+                // (With prefix parity on the last path when its last point is asked for.)
+                let path = |first: bool, parity: bool| -> Walk {
                     let pts: Vec<u64> =
                         tasks.iter().map(|t| if first { t.lo } else { t.hi } >> below).collect();
                     let key = |k: usize| base + k0 + tasks[k].key;
@@ -719,11 +732,15 @@ impl BitDpfKeys {
                     let mut enc = w.buffers();
                     for i in 0..top {
                         w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
-                        w.descend_all::<true>(&enc, &self.tree, i, key, &pts, top - 1 - i);
+                        if parity {
+                            w.descend_all::<true>(&enc, &self.tree, i, key, &pts, top - 1 - i);
+                        } else {
+                            w.descend_all::<false>(&enc, &self.tree, i, key, &pts, top - 1 - i);
+                        }
                     }
                     w
                 };
-                let (a, b) = (path(true), path(false));
+                let (a, b) = (path(true, false), path(false, end.is_some()));
                 if let Some(e) = end.as_deref_mut() {
                     // A key's last task holds its window's last block: resume its last path.
                     let mut node_of = vec![0usize; count];
@@ -732,15 +749,7 @@ impl BitDpfKeys {
                     let nodes: Vec<Node> = (0..count)
                         .map(|k| {
                             let j = node_of[k];
-                            Node {
-                                key: k as u32,
-                                lo: k as u32,
-                                hi: k as u32 + 1,
-                                s: b.seed(j),
-                                t: bit(b.t[j]),
-                                prev: bit(b.prev[j]),
-                                acc: bit(b.acc[j]),
-                            }
+                            end_node(k, b.seed(j), bit(b.t[j]), bit(b.prev[j]), bit(b.acc[j]))
                         })
                         .collect();
                     self.window_ends(base + k0, top, &nodes, count, &last, e);
@@ -763,15 +772,7 @@ impl BitDpfKeys {
                 if let Some(e) = end {
                     let party = self.party.bit();
                     let nodes: Vec<Node> = (0..count)
-                        .map(|k| Node {
-                            key: k as u32,
-                            lo: k as u32,
-                            hi: k as u32 + 1,
-                            s: self.tree.roots[base + k0 + k],
-                            t: party,
-                            prev: 0,
-                            acc: 0,
-                        })
+                        .map(|k| end_node(k, self.tree.roots[base + k0 + k], party, 0, 0))
                         .collect();
                     self.window_ends(base + k0, 0, &nodes, count, &last, e);
                 }
