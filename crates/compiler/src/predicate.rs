@@ -165,6 +165,22 @@ pub enum FullWidth {
     Whole,
     /// High `(n − f)`-bit key with equality and the `f`-bit carry key.
     Split(u32),
+    /// As [`FullWidth::Split`] at `f` (the first field), and a step function whose
+    /// boundaries widen (a grid finer near 0, like `1/√x`'s octaves) is cut into runs of
+    /// boundaries spanning at most `2^w` multiples (the second field) of their alignment
+    /// `g ≥ f`, each split at `g` (a high key on `n − g` bits and a `g`-bit carry of its
+    /// own): each run reads one window of high positions instead of a trie path per boundary.
+    Grouped(u32, u32),
+}
+
+impl FullWidth {
+    /// The split's shift `f`, if full-width comparisons are split.
+    pub fn shift(self) -> Option<u32> {
+        match self {
+            FullWidth::Whole => None,
+            FullWidth::Split(f) | FullWidth::Grouped(f, _) => Some(f),
+        }
+    }
 }
 
 /// Collects families and points while a spec is lowered.
@@ -236,8 +252,8 @@ impl Families {
 
     /// `LT(x̂ − β)` on `bits` bits, split when the full width is split and `β` allows it.
     fn lt_point(&mut self, bits: u32, beta: u64) -> SplitBit {
-        match self.mode {
-            FullWidth::Split(f) if bits == self.n && beta & mask(f) == 0 => {
+        match self.mode.shift() {
+            Some(f) if bits == self.n && beta & mask(f) == 0 => {
                 // 1[p < r] = 1[p_h < r_h] ⊕ 1[p_h = r_h]·1[p_l < r_l], and p_l = x̂_l.
                 // p_h = x̂_h − β_h exactly (β has no low bits): one offset for every
                 // threshold, so dense thresholds form one window of high positions.

@@ -61,6 +61,11 @@ pub struct CompileOptions {
     pub lookup: Option<LookupBackend>,
     /// Split full-width comparisons around a shift: `None` picks the smaller key.
     pub split: Option<bool>,
+    /// With a split: cut a step function's boundaries into runs of at most `2^w` high
+    /// positions, each split at its own alignment ([`FullWidth::Grouped`]). A few hundred key
+    /// bytes more per element, for a grid whose cells widen octave by octave (`1/√x`) read
+    /// from a few windows instead of a trie path per cell.
+    pub grouped: Option<u32>,
 }
 
 /// What a party sums into a linear form.
@@ -341,6 +346,7 @@ pub fn compile(spec: &OperatorSpec, options: CompileOptions) -> Result<Program, 
     for &split in &splits {
         for &lookup in &lookups {
             let mode = match (split, shift_amount(&spec).or_else(|| aligned_shift(&spec))) {
+                (true, Some(f)) if let Some(w) = options.grouped => FullWidth::Grouped(f, w),
                 (true, Some(f)) => FullWidth::Split(f),
                 (true, None) if options.split == Some(true) => {
                     return Err(SpecError::Phi { node: 0, msg: "a split needs exactly one shift".into() });
@@ -397,6 +403,31 @@ fn aligned_shift(spec: &OperatorSpec) -> Option<u32> {
     let n = spec.in_bits;
     let s = spec.boundaries.iter().skip(1).map(|b| b.trailing_zeros()).min()?.min(n);
     (s >= 1 && s < n).then_some(s)
+}
+
+/// Cut ascending boundaries (the first is 0) of an `n`-bit input into runs of consecutive
+/// boundaries `(g, range)`: greedily from the first, a run grows while its boundaries, all
+/// multiples of `2^g` (`g < n` the smallest alignment among them), span at most
+/// `max_window` multiples of `2^g`.
+pub fn alignment_runs(n: u32, starts: &[u64], max_window: u64) -> Vec<(u32, std::ops::Range<usize>)> {
+    let align = |b: u64| b.trailing_zeros().min(n - 1);
+    let mut runs = vec![];
+    let mut i = 0;
+    while i < starts.len() {
+        let mut g = align(starts[i]);
+        let mut j = i + 1;
+        while j < starts.len() {
+            let h = g.min(align(starts[j]));
+            if (starts[j] - starts[i]) >> h >= max_window {
+                break;
+            }
+            g = h;
+            j += 1;
+        }
+        runs.push((g, i..j));
+        i = j;
+    }
+    runs
 }
 
 /// The shift of the spec's `Shr` nodes, if they all use one amount.
@@ -627,10 +658,7 @@ impl<'a> Lower<'a> {
     }
 
     fn carry(&mut self) -> Option<LinBit> {
-        match self.fams.mode() {
-            FullWidth::Split(f) => Some(self.fams.carry(f)),
-            FullWidth::Whole => None,
-        }
+        self.fams.mode().shift().map(|f| self.fams.carry(f))
     }
 
     fn sb(&mut self, b: SplitBit) -> BExpr {
@@ -792,7 +820,7 @@ impl<'a> Lower<'a> {
     /// multiply two split bits (products of up to five mask bits).
     fn prefix_times_lift(&mut self, vals: &[u64]) -> Option<Sym> {
         let (n, l) = (self.n(), self.l());
-        if l <= n || !matches!(self.fams.mode(), FullWidth::Split(_)) {
+        if l <= n || self.fams.mode().shift().is_none() {
             return None;
         }
         let k = vals[0];
@@ -822,7 +850,7 @@ impl<'a> Lower<'a> {
             Sym::zero(l)
         } else {
             match self.fams.mode() {
-                FullWidth::Split(_) => {
+                FullWidth::Split(_) | FullWidth::Grouped(..) => {
                     // w = L + E·c: L and E come from one point, so they are exclusive.
                     let (lt, eq) = self.fams.high(f, offset);
                     let lt = self.arith(&BExpr::Leaf(lt));
@@ -1109,13 +1137,38 @@ impl<'a> Lower<'a> {
         if vals.iter().all(|&v| v == vals[0]) {
             return Sym::constant(l, vals[0]);
         }
-        if let FullWidth::Split(f) = self.fams.mode()
-            && self.spec.boundaries.iter().all(|&b| b & mask(f) == 0)
-        {
-            return self.step_sym_split(f, vals);
+        let aligned = |f: u32| self.spec.boundaries.iter().all(|&b| b & mask(f) == 0);
+        match self.fams.mode() {
+            FullWidth::Split(f) if aligned(f) => {
+                let starts = self.spec.boundaries.clone();
+                return self.step_sym_split(f, &starts, vals);
+            }
+            FullWidth::Grouped(f, w) if aligned(f) => return self.step_sym_grouped(w, vals),
+            _ => {}
         }
         let spec = self.spec;
         self.step_value(&spec.boundaries, vals, None)
+    }
+
+    /// A step function as a sum of step functions, one per run of boundaries from
+    /// [`alignment_runs`], each split at its run's alignment `g`: run `i` starts at 0 with
+    /// 0 (run 0 with `v_0`) and steps to `v_k − v_{first−1}` at each of its boundaries, so
+    /// the sum telescopes to `v_k` on interval `k`. Each run pays its own `(n − g)`-bit high
+    /// key and `g`-bit carry, and reads its boundaries as one window of high positions.
+    fn step_sym_grouped(&mut self, window_bits: u32, vals: &[u64]) -> Sym {
+        let m = mask(self.l());
+        let starts = self.spec.boundaries.clone();
+        let mut out = Sym::zero(self.l());
+        for (g, run) in alignment_runs(self.n(), &starts, 1u64 << window_bits.min(63)) {
+            let before = if run.start == 0 { 0 } else { vals[run.start - 1] };
+            let (mut s, mut v) = (vec![0u64], vec![if run.start == 0 { vals[0] } else { 0 }]);
+            for k in run.start.max(1)..run.end {
+                s.push(starts[k]);
+                v.push(vals[k].wrapping_sub(before) & m);
+            }
+            out = out.add(&self.step_sym_split(g, &s, &v));
+        }
+        out
     }
 
     /// A step function whose starts are all multiples of `2^f`, with the comparisons split
@@ -1124,10 +1177,9 @@ impl<'a> Lower<'a> {
     /// shares) and one product of opened bits. Per value bit this opens one bit and costs
     /// one or two words, where splitting each bit as `a ⊕ q∧c` costs two bits and seven
     /// words.
-    fn step_sym_split(&mut self, f: u32, vals: &[u64]) -> Sym {
+    fn step_sym_split(&mut self, f: u32, starts: &[u64], vals: &[u64]) -> Sym {
         let (l, n) = (self.l(), self.n());
         let m = mask(l);
-        let starts = &self.spec.boundaries;
         let t = starts.len();
         // V(h) − V(h − 1): the jump into interval k on its first row, 0 on its other rows.
         let (mut ds, mut dv) = (vec![], vec![]);
@@ -1509,5 +1561,32 @@ mod tests {
         assert_eq!(shift_poly(&[0, 0, 1], 3, 16), vec![9, 6, 1]);
         // 2 + 5X at X − 1: 5X − 3
         assert_eq!(shift_poly(&[2, 5], u64::MAX, 8), vec![253, 5]);
+    }
+
+    #[test]
+    fn alignment_runs_cover_the_boundaries_in_order() {
+        // Octaves of 4 cells above 16, uniform cells of 4 below, 10-bit input.
+        let mut starts: Vec<u64> = (0..4).map(|j| j * 4).collect();
+        for e in 4..9 {
+            starts.extend((0..4).map(|j| (1u64 << e) + (j << (e - 2))));
+        }
+        starts.push(512);
+        for w in [2u64, 8, 16, 64, 1 << 12] {
+            let runs = alignment_runs(10, &starts, w);
+            assert_eq!(runs.first().map(|r| r.1.start), Some(0));
+            assert_eq!(runs.last().map(|r| r.1.end), Some(starts.len()));
+            for (a, b) in runs.iter().zip(runs.iter().skip(1)) {
+                assert_eq!(a.1.end, b.1.start);
+            }
+            for (g, r) in &runs {
+                let s = &starts[r.clone()];
+                assert!(s.iter().all(|&b| b % (1 << g) == 0), "w {w}: {s:?} at {g}");
+                assert!((s[s.len() - 1] - s[0]) >> g < w, "w {w}: {s:?} at {g}");
+                assert!(*g < 10);
+            }
+        }
+        // The whole grid in one run at its finest alignment; one run per octave at w = 8.
+        assert_eq!(alignment_runs(10, &starts, 1 << 12), vec![(2, 0..starts.len())]);
+        assert_eq!(alignment_runs(10, &starts, 8).len(), 5);
     }
 }

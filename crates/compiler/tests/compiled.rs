@@ -43,8 +43,8 @@ fn base(name: &str, n: u32, l: u32, signed: bool, boundaries: Vec<u64>, pieces: 
 #[test]
 fn relu_same_width() {
     // Step bits and DCF, each with both comparison keyings, each whole or split at the
-    // boundaries' alignment (2^5).
-    assert_eq!(all_backends(&base("relu", 6, 6, true, vec![0, 32], pieces(&[&[0, 1], &[0]]))), 8);
+    // boundaries' alignment (2^5); step bits also with the split in runs.
+    assert_eq!(all_backends(&base("relu", 6, 6, true, vec![0, 32], pieces(&[&[0, 1], &[0]]))), 10);
 }
 
 #[test]
@@ -76,11 +76,11 @@ fn step_functions_use_tables() {
         .collect();
     assert_eq!(all_backends(&base("steps", 6, 10, false, b, p)), 6);
     // Rows of 2^3 covering the whole domain: a reduced view applies, and every backend
-    // but the DCF also runs split at 2^3.
+    // but the DCF also runs split at 2^3 (step bits also in runs).
     let b: Vec<u64> = (0..8).map(|i| i * 8).collect();
     let p: Vec<Piece> =
         (0..8).map(|i| Piece { polys: vec![vec![(i * 37 % 50) as i128]], ..Piece::default() }).collect();
-    assert_eq!(all_backends(&base("rows", 6, 9, false, b, p)), 14);
+    assert_eq!(all_backends(&base("rows", 6, 9, false, b, p)), 16);
 }
 
 #[test]

@@ -54,6 +54,29 @@ fn split_row_tables_read_from_windows_at_small_width() {
     }
 }
 
+/// A grid whose cells widen octave by octave, cut into runs split at their own alignments
+/// (LayerNorm's `1/σ`): from one run per octave or less to one run for the whole grid.
+#[test]
+fn grouped_splits_at_small_width() {
+    let grids = [rsqrt_grid(12, 13, 2, 4, 4, 2), rsqrt_grid(13, 15, 3, 8, 3, 1)];
+    for (i, s) in grids.iter().enumerate() {
+        let mut shifts = vec![];
+        for w in [1, 3, 5, 12] {
+            let o = CompileOptions {
+                split: Some(true),
+                grouped: Some(w),
+                lookup: Some(compiler::LookupBackend::StepBits),
+                ..CompileOptions::default()
+            };
+            let p = compiler::compile(s, o).unwrap();
+            shifts.push(p.families.iter().filter(|f| f.shift > 0).count());
+            exhaustive(s, o, 800 + 10 * i as u64 + w as u64);
+        }
+        // Narrower runs, more of them (each with its own high key).
+        assert!(shifts.windows(2).all(|w| w[0] >= w[1]) && shifts[0] > 2 && shifts[3] == 1, "{shifts:?}");
+    }
+}
+
 #[test]
 fn fitted_specs_compile_exactly() {
     use compiler::fit::fit;

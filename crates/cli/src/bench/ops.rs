@@ -112,6 +112,11 @@ pub struct OpsBenchArgs {
     /// (`false`), or let the compiler pick the smaller key (unset).
     #[arg(long)]
     split: Option<bool>,
+    /// With a split, cut a step function's boundaries into runs of at most `2^W` high
+    /// positions, each split at its own alignment (LayerNorm's `1/σ` uses 15; unset or 0
+    /// keeps one split).
+    #[arg(long, value_name = "W")]
+    grouped: Option<u32>,
     /// Key memory per party a compiled row may use; rows whose keys are larger run on fewer
     /// elements (the row's `elements` says how many).
     #[arg(long, default_value_t = 1 << 30)]
@@ -534,6 +539,7 @@ fn options(a: &OpsBenchArgs) -> CompileOptions {
             LookupChoice::Dcf => Some(LookupBackend::Dcf),
         },
         split: a.split,
+        grouped: a.grouped.filter(|&w| w > 0),
     }
 }
 
@@ -566,6 +572,7 @@ fn backend_name(p: &Program) -> String {
     let split = match p.full_width {
         compiler::predicate::FullWidth::Whole => String::new(),
         compiler::predicate::FullWidth::Split(f) => format!("+split/{f}"),
+        compiler::predicate::FullWidth::Grouped(f, w) => format!("+grouped/{f}/{w}"),
     };
     format!("{cmp}+{lookup}{split}")
 }
@@ -681,7 +688,8 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
                 short(sigma_max(n, f, RSQRT_D)),
                 spec.pieces.len()
             );
-            // Unless `--split` says otherwise, as LayerNorm compiles it.
+            // Unless `--split` says otherwise, split at the floor as LayerNorm does; in one run
+            // (the smallest key) unless `--grouped W` asks for LayerNorm's runs.
             let split = a.split.or(composite::rsqrt_options(n, f, RSQRT_D, 7).split);
             run_compiled(op, &spec, x, shape, Some(err), &OpsBenchArgs { split, ..a.clone() }, rng)
         }

@@ -119,8 +119,13 @@ pub fn all_options(spec: &OperatorSpec) -> Vec<CompileOptions> {
             LookupBackend::Dcf,
             LookupBackend::ReducedView { shift: compiler::program::reduced_view_shift(spec).unwrap_or(1) },
         ] {
-            for split in [false, true] {
-                let options = CompileOptions { cmp, lookup: Some(lookup), split: Some(split) };
+            // (Runs of a grouped split only change step functions: step bits.)
+            let mut modes = vec![(false, None), (true, None)];
+            if lookup == LookupBackend::StepBits {
+                modes.push((true, Some(2)));
+            }
+            for (split, grouped) in modes {
+                let options = CompileOptions { cmp, lookup: Some(lookup), split: Some(split), grouped };
                 if compile(spec, options).is_ok() {
                     out.push(options);
                 }
