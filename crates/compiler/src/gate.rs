@@ -479,10 +479,29 @@ fn dense_runs(fi: usize, f: &Family, plan: &mut FamilyPlan, leaves: &mut [LeafPl
     plan.runs = runs;
 }
 
+/// The evaluation plan of `program`, built once per program while it lives: a gate is made
+/// per layer call (a normalisation's `1/σ` per query), and the plan of a grid read in wide
+/// windows takes milliseconds to build.
+fn plan_of(program: &Arc<Program>) -> Arc<EvalPlan> {
+    type Plans = Vec<(std::sync::Weak<Program>, Arc<EvalPlan>)>;
+    static PLANS: std::sync::OnceLock<std::sync::Mutex<Plans>> = std::sync::OnceLock::new();
+    let plans = PLANS.get_or_init(Default::default);
+    let found = {
+        let mut plans = plans.lock().unwrap_or_else(|e| e.into_inner());
+        plans.retain(|(p, _)| p.strong_count() > 0);
+        plans.iter().find(|(p, _)| std::ptr::eq(p.as_ptr(), Arc::as_ptr(program))).map(|(_, e)| e.clone())
+    };
+    found.unwrap_or_else(|| {
+        let plan = Arc::new(EvalPlan::new(program));
+        plans.lock().unwrap_or_else(|e| e.into_inner()).push((Arc::downgrade(program), plan.clone()));
+        plan
+    })
+}
+
 impl CompiledGate {
     /// `len` elements of `program`.
     pub fn new(program: Arc<Program>, len: usize) -> CompiledGate {
-        let plan = Arc::new(EvalPlan::new(&program));
+        let plan = plan_of(&program);
         CompiledGate { program, plan, len }
     }
 
