@@ -83,7 +83,8 @@ pub fn compile_cached(spec: &OperatorSpec, options: CompileOptions) -> Result<Ar
 pub const NEXP_ROW_BITS: u32 = 4;
 
 /// The softmax of [`Softmax::sigma`] with a compiled `e^{−x}` (on `cmp_bits + 1` bits, rows
-/// of [`NEXP_ROW_BITS`] with the comparison split at the rows), a
+/// of [`NEXP_ROW_BITS`] with the comparison split at the rows, no sign boundary: `max − x`
+/// is never negative, [`library::nexp_rows_nonneg`]), a
 /// compiled reciprocal (on `scale + log2 cols` bits, `cols` rounded up to a power of two), and
 /// a max tree that runs in `Z_{2^{cmp_bits + 1}}` (all `e^{−x}` reads) with every level but
 /// the widest in one round ([`gates::cmp::ReluDcf`]): the widest level holds half the
@@ -100,7 +101,7 @@ pub fn softmax(
     causal: bool,
 ) -> Result<Softmax<Compiled, Compiled>, SpecError> {
     let exp = Compiled::with_options(
-        &library::nexp_rows((cmp_bits + 1).min(bits), bits, scale, NEXP_ROW_BITS),
+        &library::nexp_rows_nonneg((cmp_bits + 1).min(bits), bits, scale, NEXP_ROW_BITS),
         CompileOptions { split: Some(true), ..CompileOptions::default() },
     )?;
     let recip = Compiled::new(&library::reciprocal(scale, (cols.max(2) as u64).next_power_of_two(), bits))?;

@@ -404,10 +404,22 @@ pub fn nexp(n_in: u32, l: u32, f: u32) -> OperatorSpec {
 /// boundary is a multiple of `2^s`, so the compiler splits the comparison there: the
 /// window it reads covers `2^s` times fewer positions.
 pub fn nexp_rows(n_in: u32, l: u32, f: u32, s: u32) -> OperatorSpec {
+    nexp_rows_in(n_in, l, f, s, true)
+}
+
+/// [`nexp_rows`] for inputs known to be below `2^{n_in−1}` (softmax's `max − x`): inputs
+/// from `2^{n_in−1}` on read the last row (0) instead of 1, so the spec has no sign boundary
+/// and its comparison no lone threshold at `2^{n_in−1}` (a walk down the whole key per
+/// element).
+pub fn nexp_rows_nonneg(n_in: u32, l: u32, f: u32, s: u32) -> OperatorSpec {
+    nexp_rows_in(n_in, l, f, s, false)
+}
+
+fn nexp_rows_in(n_in: u32, l: u32, f: u32, s: u32, signed: bool) -> OperatorSpec {
     let one = (1u64 << f) as f64;
     let e = |x: u64| (-(x as f64) / one).exp() * one;
     let row = |k: u64| -> i64 { round_half_up((e(k << s) + e(((k + 1) << s) - 1)) / 2.0) };
-    let mut starts = vec![0, half(n_in)];
+    let mut starts = if signed { vec![0, half(n_in)] } else { vec![0] };
     let mut prev = row(0);
     let mut k = 1u64;
     while prev != 0 && k << s < half(n_in) {
@@ -418,11 +430,13 @@ pub fn nexp_rows(n_in: u32, l: u32, f: u32, s: u32) -> OperatorSpec {
         }
         k += 1;
     }
+    // (Unsigned, the last interval's value holds to the top of the ring.)
     let (b, p) = from_starts(starts, |x| {
-        let v = if x >= half(n_in) { 1i64 << f } else { row(x >> s) };
+        let v = if signed && x >= half(n_in) { 1i64 << f } else { row(x >> s) };
         Piece { polys: vec![vec![v as i128]], ..Piece::default() }
     });
-    spec(format!("nexp-rows{s}-{n_in}"), n_in, l, false, f, b, p)
+    let name = if signed { format!("nexp-rows{s}-{n_in}") } else { format!("nexp-rows{s}-nonneg-{n_in}") };
+    spec(name, n_in, l, false, f, b, p)
 }
 
 /// `1/S` at scale `f` for a softmax row sum `S ∈ [1, cols]` at scale `f` (`cols` a power of

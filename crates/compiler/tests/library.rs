@@ -20,6 +20,7 @@ fn small() -> Vec<OperatorSpec> {
         tanh(9, 12, 4),
         nexp(10, 14, 4),
         nexp_rows(10, 14, 4, 2),
+        nexp_rows_nonneg(10, 14, 4, 2),
         reciprocal(4, 8, 12),
         rsqrt(12, 14, 2, 4),
         rsqrt_with_floor(12, 14, 2, 4, 1),
@@ -49,7 +50,8 @@ fn every_backend_on_every_input_at_small_widths() {
 #[test]
 fn split_row_tables_read_from_windows_at_small_width() {
     let split = CompileOptions { split: Some(true), ..CompileOptions::default() };
-    for (i, s) in [gelu_rows(14, 16, 6, GeluForm::Erf, 1), nexp_rows(12, 16, 6, 1)].iter().enumerate() {
+    let specs = [gelu_rows(14, 16, 6, GeluForm::Erf, 1), nexp_rows(12, 16, 6, 1), nexp_rows_nonneg(12, 16, 6, 1)];
+    for (i, s) in specs.iter().enumerate() {
         exhaustive(s, split, 700 + i as u64);
     }
 }
@@ -115,11 +117,23 @@ fn full_width_at_37_and_50() {
         full_width(&rsqrt(n, n, f, d), rsqrt_options(n, f, d, 7), 100, (n as u64) << 8 | 33);
         // Row tables, with the comparison split at the rows (the smaller key may not be).
         let rows =
-            [gelu_rows(n - f, n, f, GeluForm::Erf, 6), silu_rows(n, n, f, 6), nexp_rows(n - f + 2, n, f, 3)];
+            [gelu_rows(n - f, n, f, GeluForm::Erf, 6), silu_rows(n, n, f, 6), nexp_rows(n - f + 2, n, f, 3), nexp_rows_nonneg(n - f + 2, n, f, 4)];
         for (i, s) in rows.iter().enumerate() {
             let split = CompileOptions { split: Some(true), ..CompileOptions::default() };
             full_width(s, split, 300, (n as u64) << 8 | 64 | i as u64);
             full_width(s, CompileOptions::default(), 100, (n as u64) << 8 | 96 | i as u64);
         }
     }
+}
+
+/// Softmax's `e^{−x}` agrees with the signed spec on every non-negative input, reads 0
+/// above, and has one interval fewer (no sign boundary).
+#[test]
+fn nonneg_exp_rows_match_below_the_sign() {
+    let (a, b) = (nexp_rows(12, 16, 6, 1), nexp_rows_nonneg(12, 16, 6, 1));
+    for x in 0..1u64 << 12 {
+        let want = if x < 1 << 11 { a.eval(x).arith } else { vec![0] };
+        assert_eq!(b.eval(x).arith, want, "x = {x}");
+    }
+    assert_eq!(b.boundaries.len() + 1, a.boundaries.len());
 }
