@@ -300,12 +300,13 @@ impl Gate for Relu {
 }
 
 /// [`Relu`] in one round: the sign comes as additive shares from one DCF instead of a masked
-/// bit and a select. With `c` = `cmp_bits`, `D = x̂ mod 2^c`, `R = r mod 2^c` and
-/// `H = 2^{c−1}`, the sign of the `c`-bit difference is
-/// `1{x ≥ 0} = 1{D − H < R} − 1{D < R} + 1{D < H}` (points mod `2^c`): one DCF at `R` with
-/// payload `(1, r)`, read at two points, gives shares of the sign `s` and of `s·r`, and
-/// `ReLU(x) = s·x̂ − s·r`. Key: the DCF (`c` bits, two words of `bits`) and two words, about
-/// 1.8× [`Relu`]'s at `c = 26`; one opening of `bits` bits.
+/// bit and a select. With `c` = `cmp_bits`, `x̂ mod 2^c = m̂·2^{c−1} + D` and
+/// `r mod 2^c = m·2^{c−1} + R`, the sign bit of the `c`-bit difference is `m̂ ⊕ m ⊕ b` with
+/// the borrow `b = 1{D < R}`, i.e. `m̂ + (1 − 2m̂)·(m + (1 − 2m)·b)`: one DCF on `c − 1`
+/// bits at `R` with payload `((1 − 2m), (1 − 2m)·r)`, read once at `D`, gives shares of
+/// `(1 − 2m)·b` and `(1 − 2m)·b·r`; with shares of `m` and `m·r` that makes the sign `s`
+/// and `s·r` linear, and `ReLU(x) = s·x̂ − s·r`. Key: the DCF (`c − 1` bits, two words of
+/// `bits`) and four words, about 1.8× [`Relu`]'s at `c = 26`; one opening of `bits` bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReluDcf {
     /// Ring width.
@@ -316,7 +317,8 @@ pub struct ReluDcf {
     pub len: usize,
 }
 
-/// A party's [`ReluDcf`] key: the DCF and shares of the input and output masks.
+/// A party's [`ReluDcf`] key: the DCF, shares of the input mask `r`, of its sign-test bit
+/// `m`, of `m·r`, and of the output mask.
 #[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
 pub struct ReluDcfKey {
     #[zeroize(skip)]
@@ -325,6 +327,8 @@ pub struct ReluDcfKey {
     bits: u32,
     dcf: DcfKeys,
     r: Vec<u64>,
+    m: Vec<u64>,
+    mr: Vec<u64>,
     rout: Vec<u64>,
 }
 key_debug!(ReluDcfKey);
@@ -338,16 +342,19 @@ impl GateKey for ReluDcfKey {
 
     fn write(&self, w: &mut BitWriter) {
         self.dcf.write_material(w);
-        put_words(w, &self.r, self.bits);
-        put_words(w, &self.rout, self.bits);
+        for v in [&self.r, &self.m, &self.mr, &self.rout] {
+            put_words(w, v, self.bits);
+        }
     }
 
     fn read(s: &ReluDcf, party: Party, r: &mut BitReader<'_>) -> Result<ReluDcfKey, DecodeError> {
         let params = s.params().map_err(|_| DecodeError::InvalidField("ReLU widths"))?;
         let dcf = DcfKeys::read_material(params, party, s.len, r)?;
         let rs = get_words(r, s.len, s.bits)?;
+        let m = get_words(r, s.len, s.bits)?;
+        let mr = get_words(r, s.len, s.bits)?;
         let rout = get_words(r, s.len, s.bits)?;
-        Ok(ReluDcfKey { party, bits: s.bits, dcf, r: rs, rout })
+        Ok(ReluDcfKey { party, bits: s.bits, dcf, r: rs, m, mr, rout })
     }
 }
 
@@ -364,7 +371,7 @@ impl ReluDcf {
         if self.cmp_bits < 2 || self.cmp_bits > self.bits {
             return Err(GateError::Params(format!("ReLU sign on {} of {} bits", self.cmp_bits, self.bits)));
         }
-        Ok(DcfParams::new(self.cmp_bits, self.bits, 2)?)
+        Ok(DcfParams::new(self.cmp_bits - 1, self.bits, 2)?)
     }
 
     /// Deal keys for input masks `r` and output masks `rout`.
@@ -380,16 +387,28 @@ impl ReluDcf {
         let params = self.params()?;
         check_len("masks", self.len, r.len())?;
         check_len("output masks", self.len, rout.len())?;
-        let m = mask(self.bits);
-        let alphas: Vec<u64> = r.iter().map(|&v| v & mask(self.cmp_bits)).collect();
-        let betas: Vec<u64> = r.iter().flat_map(|&v| [1, v & m]).collect();
+        let (m, c) = (mask(self.bits), self.cmp_bits);
+        let top = |v: u64| (v >> (c - 1)) & 1;
+        let alphas: Vec<u64> = r.iter().map(|&v| v & mask(c - 1)).collect();
+        // (1 − 2m, (1 − 2m)·r) mod 2^bits.
+        let betas: Vec<u64> = r
+            .iter()
+            .flat_map(|&v| {
+                let sign = 1u64.wrapping_sub(2 * top(v));
+                [sign & m, sign.wrapping_mul(v) & m]
+            })
+            .collect();
         let (k0, k1) = dcf::keygen(params, &alphas, &betas, rng)?;
         let rm: Vec<u64> = r.iter().map(|&v| v & m).collect();
+        let tops: Vec<u64> = r.iter().map(|&v| top(v)).collect();
+        let tops_r: Vec<u64> = r.iter().map(|&v| top(v).wrapping_mul(v) & m).collect();
         let (r0, r1) = share(rng, &rm, self.bits);
+        let (m0, m1) = share(rng, &tops, self.bits);
+        let (mr0, mr1) = share(rng, &tops_r, self.bits);
         let (o0, o1) = share(rng, rout, self.bits);
         Ok((
-            ReluDcfKey { party: Party::P0, bits: self.bits, dcf: k0, r: r0, rout: o0 },
-            ReluDcfKey { party: Party::P1, bits: self.bits, dcf: k1, r: r1, rout: o1 },
+            ReluDcfKey { party: Party::P0, bits: self.bits, dcf: k0, r: r0, m: m0, mr: mr0, rout: o0 },
+            ReluDcfKey { party: Party::P1, bits: self.bits, dcf: k1, r: r1, m: m1, mr: mr1, rout: o1 },
         ))
     }
 
@@ -400,33 +419,25 @@ impl ReluDcf {
     pub async fn run(&self, ctx: &Ctx, key: &ReluDcfKey, xh: &[u64]) -> Result<Vec<u64>, GateError> {
         self.params()?;
         let (m, c) = (mask(self.bits), self.cmp_bits);
-        let half = 1u64 << (c - 1);
-        // Lane 2i reads D − H, lane 2i + 1 reads D (both mod 2^c), for key i.
-        let idx: Vec<u32> = (0..self.len as u32).flat_map(|i| [i, i]).collect();
-        let pts: Vec<u64> = xh
-            .iter()
-            .flat_map(|&x| {
-                let d = x & mask(c);
-                [d.wrapping_sub(half) & mask(c), d]
-            })
-            .collect();
-        let mut out = vec![AddShare::default(); 4 * self.len];
-        key.dcf.eval_indexed(&idx, &pts, &mut out)?;
+        let pts: Vec<u64> = xh.iter().map(|&x| x & mask(c - 1)).collect();
+        let mut out = vec![AddShare::default(); 2 * self.len];
+        key.dcf.eval(&pts, &mut out)?;
         let p0 = ctx.party() == Party::P0;
         let y: Vec<u64> = (0..self.len)
             .map(|i| {
                 let x = xh[i] & m;
-                let low = (x & mask(c)) < half;
-                let s = out[4 * i].0.wrapping_sub(out[4 * i + 2].0);
-                let sr = out[4 * i + 1].0.wrapping_sub(out[4 * i + 3].0);
-                let mut v = s.wrapping_mul(x).wrapping_sub(sr).wrapping_add(key.rout[i]);
-                if low {
-                    v = v.wrapping_sub(key.r[i]);
-                    if p0 {
-                        v = v.wrapping_add(x);
-                    }
+                // m̂ and 1 − 2m̂.
+                let top = (x >> (c - 1)) & 1;
+                let sign = 1u64.wrapping_sub(2 * top);
+                // s = (1 − m̂) − (1 − 2m̂)·(m + (1 − 2m)·b), and s·r likewise.
+                let mut s = sign.wrapping_mul(key.m[i].wrapping_add(out[2 * i].0)).wrapping_neg();
+                let sr = (1 - top)
+                    .wrapping_mul(key.r[i])
+                    .wrapping_sub(sign.wrapping_mul(key.mr[i].wrapping_add(out[2 * i + 1].0)));
+                if p0 {
+                    s = s.wrapping_add(1 - top);
                 }
-                v & m
+                s.wrapping_mul(x).wrapping_sub(sr).wrapping_add(key.rout[i]) & m
             })
             .collect();
         ctx.open(&y, self.bits).await
