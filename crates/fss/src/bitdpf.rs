@@ -249,6 +249,13 @@ impl BitDpfKeys {
         });
     }
 
+    /// The leaf blocks of keys `first..` at `points` (a walk of its own: inlined into a
+    /// caller's closure, the walk's loop spilled registers and ran ~2× slower).
+    #[inline(never)]
+    fn leaves_chunk(&self, first: usize, points: &[u64], out: &mut [LaneLeaf]) {
+        self.walk_chunk(|k| first + k, points, |k, leaf| out[k] = leaf);
+    }
+
     /// Walk lane `k` (key `key(k)`) to the leaf block of `points[k]` for every lane, and hand
     /// each lane's block to `at_leaf` (not for table keys).
     #[inline(always)]
@@ -336,20 +343,17 @@ impl BitDpfKeys {
         let (mut far_keys, mut far_pts, mut far_at) = (vec![], vec![], vec![]);
         walk::run_chunks(None, points, out, d, |map, pts, o| {
             let walk::KeyMap::Offset(off) = map else { unreachable!("offset keys") };
-            self.walk_chunk(
-                |k| base + off + k,
-                pts,
-                |k, leaf| {
-                    let y = pts[k];
-                    for (j, &dj) in deltas.iter().enumerate() {
-                        let z = y.wrapping_sub(dj) & m;
-                        if z >> LEAF_BITS == y >> LEAF_BITS {
-                            let (lt, eq) = leaf.answer((z & 127) as u32);
-                            o[k * d + j] = CmpShares { lt: XorBit(lt), eq: XorBit(eq) };
-                        }
+            let mut leaves = [LaneLeaf::default(); walk::CHUNK];
+            self.leaves_chunk(base + off, pts, &mut leaves[..pts.len()]);
+            for (k, (leaf, &y)) in leaves.iter().zip(pts).enumerate() {
+                for (j, &dj) in deltas.iter().enumerate() {
+                    let z = y.wrapping_sub(dj) & m;
+                    if z >> LEAF_BITS == y >> LEAF_BITS {
+                        let (lt, eq) = leaf.answer((z & 127) as u32);
+                        o[k * d + j] = CmpShares { lt: XorBit(lt), eq: XorBit(eq) };
                     }
-                },
-            );
+                }
+            }
         });
         for (i, &y) in points.iter().enumerate() {
             for (j, &dj) in deltas.iter().enumerate() {
@@ -1365,7 +1369,7 @@ fn prefix_xor(mut x: u128) -> u128 {
 type WindowJob<'a> = (usize, &'a mut [u64], Option<&'a mut [CmpShares]>);
 
 /// A lane walk's leaf block (halves), its last direction as a mask, and the LT flip.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 struct LaneLeaf {
     bl: u64,
     bh: u64,
