@@ -580,7 +580,7 @@ impl BitDpfKeys {
         if words == 0 {
             return Ok(());
         }
-        let per_job = walk::PAR.max(walk::CHUNK * 128 / width.max(128));
+        let per_job = walk::CHUNK.max(walk::CHUNK * 512 / width.max(128));
         let mut ends: Vec<Option<&mut [CmpShares]>> = match end {
             Some(e) => e.chunks_mut(per_job).map(Some).collect(),
             None => vec![],
