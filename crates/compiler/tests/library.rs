@@ -50,7 +50,8 @@ fn every_backend_on_every_input_at_small_widths() {
 #[test]
 fn split_row_tables_read_from_windows_at_small_width() {
     let split = CompileOptions { split: Some(true), ..CompileOptions::default() };
-    let specs = [gelu_rows(14, 16, 6, GeluForm::Erf, 1), nexp_rows(12, 16, 6, 1), nexp_rows_nonneg(12, 16, 6, 1)];
+    let specs =
+        [gelu_rows(14, 16, 6, GeluForm::Erf, 1), nexp_rows(12, 16, 6, 1), nexp_rows_nonneg(12, 16, 6, 1)];
     for (i, s) in specs.iter().enumerate() {
         exhaustive(s, split, 700 + i as u64);
     }
@@ -116,8 +117,12 @@ fn full_width_at_37_and_50() {
         full_width(&q, rsqrt_options(n, f, d, M), 300, (n as u64) << 8 | 32);
         full_width(&rsqrt(n, n, f, d), rsqrt_options(n, f, d, 7), 100, (n as u64) << 8 | 33);
         // Row tables, with the comparison split at the rows (the smaller key may not be).
-        let rows =
-            [gelu_rows(n - f, n, f, GeluForm::Erf, 6), silu_rows(n, n, f, 6), nexp_rows(n - f + 2, n, f, 3), nexp_rows_nonneg(n - f + 2, n, f, 4)];
+        let rows = [
+            gelu_rows(n - f, n, f, GeluForm::Erf, 6),
+            silu_rows(n, n, f, 6),
+            nexp_rows(n - f + 2, n, f, 3),
+            nexp_rows_nonneg(n - f + 2, n, f, 4),
+        ];
         for (i, s) in rows.iter().enumerate() {
             let split = CompileOptions { split: Some(true), ..CompileOptions::default() };
             full_width(s, split, 300, (n as u64) << 8 | 64 | i as u64);

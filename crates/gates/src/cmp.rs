@@ -306,7 +306,8 @@ impl Gate for Relu {
 /// bits at `R` with payload `((1 − 2m), (1 − 2m)·r)`, read once at `D`, gives shares of
 /// `(1 − 2m)·b` and `(1 − 2m)·b·r`; with shares of `m` and `m·r` that makes the sign `s`
 /// and `s·r` linear, and `ReLU(x) = s·x̂ − s·r`. Key: the DCF (`c − 1` bits, two words of
-/// `bits`) and four words, about 1.8× [`Relu`]'s at `c = 26`; one opening of `bits` bits.
+/// `bits`) and four words; one opening of `bits` bits. (Read at `D − 2^{c−1}` and `D` instead,
+/// a `c`-bit DCF gives the sign without `m`, for two walks.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReluDcf {
     /// Ring width.
