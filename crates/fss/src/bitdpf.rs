@@ -249,6 +249,29 @@ impl BitDpfKeys {
         });
     }
 
+    /// Walk `w`'s lanes (lane `k` on key `key(k)`) down `levels` of a walk that stops at
+    /// depth `top`, towards `points` (their top `top` bits), with prefix parity if asked.
+    fn walk_levels(
+        &self,
+        w: &mut Walk,
+        levels: std::ops::Range<u32>,
+        top: u32,
+        points: &[u64],
+        key: impl Fn(usize) -> usize + Copy,
+        parity: bool,
+    ) {
+        let prg = Prg::global();
+        let mut enc = w.buffers();
+        for i in levels {
+            w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
+            if parity {
+                w.descend_all::<true>(&enc, &self.tree, i, key, points, top - 1 - i);
+            } else {
+                w.descend_all::<false>(&enc, &self.tree, i, key, points, top - 1 - i);
+            }
+        }
+    }
+
     /// The leaf blocks of keys `first..` at `points` (a walk of its own: inlined into a
     /// caller's closure, the walk's loop spilled registers and ran ~2× slower).
     #[inline(never)]
@@ -727,24 +750,36 @@ impl BitDpfKeys {
             tm.clear();
             if top > 0 {
                 let below = levels - top;
-                // (With prefix parity on the last path when its last point is asked for.)
-                let path = |first: bool, parity: bool| -> Walk {
-                    let pts: Vec<u64> =
-                        tasks.iter().map(|t| if first { t.lo } else { t.hi } >> below).collect();
-                    let key = |k: usize| base + k0 + tasks[k].key;
-                    let mut w = Walk::new(tasks.len(), |k| self.tree.roots[key(k)], self.party.bit());
-                    let mut enc = w.buffers();
-                    for i in 0..top {
-                        w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
-                        if parity {
-                            w.descend_all::<true>(&enc, &self.tree, i, key, &pts, top - 1 - i);
-                        } else {
-                            w.descend_all::<false>(&enc, &self.tree, i, key, &pts, top - 1 - i);
-                        }
-                    }
-                    w
+                // The first and the last block's paths share all but their last few levels
+                // for most tasks: the last path resumes the first's state
+                // `WINDOW_SHARED_LEVELS` above `top`; the tasks whose paths part higher walk
+                // theirs from the root. (With prefix parity when the last point is asked for.)
+                let parity = end.is_some();
+                let key = |k: usize| base + k0 + tasks[k].key;
+                let pts = |first: bool| -> Vec<u64> {
+                    tasks.iter().map(|t| if first { t.lo } else { t.hi } >> below).collect()
                 };
-                let (a, b) = (path(true, false), path(false, end.is_some()));
+                let (pa, pb) = (pts(true), pts(false));
+                let split = top.saturating_sub(WINDOW_SHARED_LEVELS);
+                let mut a = Walk::new(tasks.len(), |k| self.tree.roots[key(k)], self.party.bit());
+                self.walk_levels(&mut a, 0..split, top, &pa, key, parity);
+                let seeds: Vec<u128> = (0..tasks.len()).map(|k| a.seed(k)).collect();
+                let mut b = Walk::resume(&seeds, &a.t, &a.acc, &a.prev);
+                self.walk_levels(&mut a, split..top, top, &pa, key, parity);
+                self.walk_levels(&mut b, split..top, top, &pb, key, parity);
+                let shared = top - split;
+                let apart: Vec<usize> =
+                    (0..tasks.len()).filter(|&k| pa[k] >> shared != pb[k] >> shared).collect();
+                if !apart.is_empty() {
+                    let far_pts: Vec<u64> = apart.iter().map(|&k| pb[k]).collect();
+                    let far_key = |q: usize| key(apart[q]);
+                    let mut f = Walk::new(apart.len(), |q| self.tree.roots[far_key(q)], self.party.bit());
+                    self.walk_levels(&mut f, 0..top, top, &far_pts, far_key, parity);
+                    for (q, &k) in apart.iter().enumerate() {
+                        (b.lo[k], b.hi[k], b.t[k]) = (f.lo[q], f.hi[q], f.t[q]);
+                        (b.acc[k], b.prev[k]) = (f.acc[q], f.prev[q]);
+                    }
+                }
                 if let Some(e) = end.as_deref_mut() {
                     // A key's last task holds its window's last block: resume its last path.
                     let mut node_of = vec![0usize; count];
@@ -1327,6 +1362,10 @@ struct WindowScratch {
     er: Vec<AesBlock>,
     halves: Vec<u64>,
 }
+
+/// Levels above the bottom of a window's top paths that its last path walks apart from its
+/// first (the paths to blocks a few apart part only near the bottom).
+const WINDOW_SHARED_LEVELS: u32 = 3;
 
 /// Buffers of the trie walk of [`BitDpfKeys::eval_sorted_bits`], kept per thread.
 #[derive(Default)]

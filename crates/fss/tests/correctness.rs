@@ -487,12 +487,14 @@ fn bitdpf_windows() {
         let alphas: Vec<u64> = (0..keys).map(|_| r.next_u64() & mask(n)).collect();
         let (k0, k1) = bitdpf::keygen(BitDpfParams::new(n).unwrap(), &alphas, &mut r).unwrap();
         for &width in &widths {
-            // Windows that start anywhere, at α, just past α, and wrap over 2^n.
+            // Windows that start anywhere, at α, just past α, across the middle of the domain
+            // (the first and last blocks' paths part at the root) and wrap over 2^n.
             let starts: Vec<u64> = (0..keys)
-                .map(|i| match i % 4 {
+                .map(|i| match i % 5 {
                     0 => r.next_u64() & mask(n),
                     1 => alphas[i],
                     2 => alphas[i].wrapping_sub(width as u64 / 2) & mask(n),
+                    3 => (1u64 << (n - 1)).wrapping_sub(width as u64 / 2 + 1) & mask(n),
                     _ => mask(n).wrapping_sub(width as u64 / 3) & mask(n),
                 })
                 .collect();
