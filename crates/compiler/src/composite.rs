@@ -14,7 +14,7 @@ use gates::unary::{SlackShift, UnaryFamily};
 
 use crate::gate::CompiledGate;
 use crate::library;
-use crate::program::{CompileOptions, Program, compile};
+use crate::program::{CompileOptions, LookupBackend, Program, compile};
 use crate::spec::{Kind, OperatorSpec, SpecError};
 
 /// A compiled one-input, one-output operator, for any element count.
@@ -82,6 +82,12 @@ pub fn compile_cached(spec: &OperatorSpec, options: CompileOptions) -> Result<Ar
 /// 1.48–1.75 µs).
 pub const NEXP_ROW_BITS: u32 = 4;
 
+/// Mantissa bits of softmax's `1/S` grid ([`library::reciprocal_grid`]).
+pub const RECIP_MANTISSA_BITS: u32 = 7;
+
+/// Runs of softmax's `1/S` grid span at most `2^10` high positions.
+pub const RECIP_RUN_WINDOW_BITS: u32 = 10;
+
 /// The softmax of [`Softmax::sigma`] with a compiled `e^{−x}` (on `cmp_bits + 1` bits, rows
 /// of [`NEXP_ROW_BITS`] with the comparison split at the rows, no sign boundary: `max − x`
 /// is never negative, [`library::nexp_rows_nonneg`]), a
@@ -104,7 +110,16 @@ pub fn softmax(
         &library::nexp_rows_nonneg((cmp_bits + 1).min(bits), bits, scale, NEXP_ROW_BITS),
         CompileOptions { split: Some(true), ..CompileOptions::default() },
     )?;
-    let recip = Compiled::new(&library::reciprocal(scale, (cols.max(2) as u64).next_power_of_two(), bits))?;
+    let cols2 = (cols.max(2) as u64).next_power_of_two();
+    let recip = Compiled::with_options(
+        &library::reciprocal_grid(scale, cols2, bits, RECIP_MANTISSA_BITS),
+        CompileOptions {
+            split: Some(true),
+            grouped: Some(RECIP_RUN_WINDOW_BITS),
+            lookup: Some(LookupBackend::StepBits),
+            ..CompileOptions::default()
+        },
+    )?;
     let levels = (cols.max(1) as u64).next_power_of_two().trailing_zeros() as usize;
     Ok(Softmax {
         bits,

@@ -439,6 +439,36 @@ fn nexp_rows_in(n_in: u32, l: u32, f: u32, s: u32, signed: bool) -> OperatorSpec
     spec(name, n_in, l, false, f, b, p)
 }
 
+/// [`reciprocal`] on a grid of `m` mantissa bits: `2^m` cells per octave of `S ≥ 1` (cell
+/// `[a, b)` holds the rounded midpoint of `1/S` over it, relative error about `2^{−m−1}`),
+/// `S < 1` reads as 1, and the cell below `2^{f−m}` holds `1/cols` (`S = cols` wraps to 0).
+/// Every boundary of octave `e` is a multiple of `2^{e−m}`, so a grouped split
+/// ([`crate::CompileOptions::grouped`]) reads each run of octaves from one window. Needs
+/// `f > m`.
+pub fn reciprocal_grid(f: u32, cols: u64, l: u32, m: u32) -> OperatorSpec {
+    assert!(cols.is_power_of_two() && cols >= 2 && (1..f).contains(&m), "bad reciprocal grid");
+    let n_in = f + cols.trailing_zeros();
+    let num = (1u128 << (2 * f)) as f64;
+    let g = |v: u64| num / v.max(1 << f) as f64;
+    // The wrap cell, 1 below the first octave, then 2^m cells per octave.
+    let mut starts = vec![0, 1u64 << (f - m)];
+    for e in f..n_in {
+        starts.extend((0..1u64 << m).map(|j| (1u64 << e) + (j << (e - m))));
+    }
+    let mut ends: Vec<u64> = starts[1..].to_vec();
+    ends.push(1u64 << n_in);
+    let value = |s: u64| -> i64 {
+        if s < 1u64 << (f - m) {
+            return round_half_up(num / (cols << f) as f64);
+        }
+        let i = starts.partition_point(|&t| t <= s) - 1;
+        round_half_up((g(starts[i]) + g(ends[i] - 1)) / 2.0)
+    };
+    let (b, p) =
+        from_starts(starts.clone(), |s| Piece { polys: vec![vec![value(s) as i128]], ..Piece::default() });
+    spec(format!("reciprocal-{cols}-m{m}"), n_in, l, false, f, b, p)
+}
+
 /// `1/S` at scale `f` for a softmax row sum `S ∈ [1, cols]` at scale `f` (`cols` a power of
 /// two): the input is read on `n_in = f + log2(cols)` bits, so `S = cols` wraps to 0 and
 /// row 0 holds `1/cols` (compiled-gates.md §8, the narrower contract). Rows of `2^6` ulps

@@ -22,6 +22,7 @@ fn small() -> Vec<OperatorSpec> {
         nexp_rows(10, 14, 4, 2),
         nexp_rows_nonneg(10, 14, 4, 2),
         reciprocal(4, 8, 12),
+        reciprocal_grid(4, 8, 12, 2),
         rsqrt(12, 14, 2, 4),
         rsqrt_with_floor(12, 14, 2, 4, 1),
         rsqrt_bits(12, 14, 3, 8, 5),
@@ -61,7 +62,8 @@ fn split_row_tables_read_from_windows_at_small_width() {
 /// (LayerNorm's `1/σ`): from one run per octave or less to one run for the whole grid.
 #[test]
 fn grouped_splits_at_small_width() {
-    let grids = [rsqrt_grid(12, 13, 2, 4, 4, 2), rsqrt_grid(13, 15, 3, 8, 3, 1)];
+    let grids =
+        [rsqrt_grid(12, 13, 2, 4, 4, 2), rsqrt_grid(13, 15, 3, 8, 3, 1), reciprocal_grid(6, 64, 14, 3)];
     for (i, s) in grids.iter().enumerate() {
         let mut shifts = vec![];
         for w in [1, 3, 5, 12] {
@@ -103,6 +105,7 @@ fn full_width_at_37_and_50() {
             silu(n, n, f),
             nexp(n - f + 2, n, f),
             reciprocal(f, 128, n),
+            reciprocal_grid(f, 128, n, 7),
             rsqrt(n, n, f, 1024),
             ars(n, f, true),
             truncate(n, f),
@@ -116,6 +119,14 @@ fn full_width_at_37_and_50() {
         let q = rsqrt_bits(n, n, f, d, M);
         full_width(&q, rsqrt_options(n, f, d, M), 300, (n as u64) << 8 | 32);
         full_width(&rsqrt(n, n, f, d), rsqrt_options(n, f, d, 7), 100, (n as u64) << 8 | 33);
+        // Softmax's 1/S (the models' grid), in runs.
+        let o = CompileOptions {
+            split: Some(true),
+            grouped: Some(compiler::composite::RECIP_RUN_WINDOW_BITS),
+            lookup: Some(compiler::LookupBackend::StepBits),
+            ..CompileOptions::default()
+        };
+        full_width(&reciprocal_grid(f, 128, n, 7), o, 300, (n as u64) << 8 | 34);
         // Row tables, with the comparison split at the rows (the smaller key may not be).
         let rows = [
             gelu_rows(n - f, n, f, GeluForm::Erf, 6),
