@@ -1104,7 +1104,9 @@ impl CompiledGate {
         // Local-major (`locals[j·len + e]`, `pv[s·len + e]`): each form reads whole columns.
         let nl = p.locals as usize;
         let RunScratch { locals, pv, shares, opened } = sc;
-        zeroed(locals, len * nl);
+        // (Every local is written before it is read: the comparison writes each leaf's column
+        // whole, a lookup each of its outputs' columns. No clearing.)
+        locals.resize(len * nl, 0);
         self.comparison(key, &xh, locals)?;
         self.dcf_lookup(key, &xh, locals)?;
         zeroed(pv, len * p.pvars.len());
