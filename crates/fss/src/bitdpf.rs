@@ -640,15 +640,6 @@ impl BitDpfKeys {
         let n = self.params.domain_bits;
         // Each window's last point, and the node its walk resumes from (a lane of its own).
         let last = |k: usize| starts[k0 + k].wrapping_add(width as u64 - 1) & mask(n);
-        let end_node = |k: usize, s: u128, t: u8, prev: u8, acc: u8| Node {
-            key: k as u32,
-            lo: k as u32,
-            hi: k as u32 + 1,
-            s,
-            t,
-            prev,
-            acc,
-        };
         let words = width.div_ceil(64);
         let count = out.len() / words;
         // Window bit u of a key is bit (u + off) of its first block onwards.
@@ -748,6 +739,10 @@ impl BitDpfKeys {
             lo.clear();
             hi.clear();
             tm.clear();
+            // Per task, the prefix parity `(acc, prev)` of the path to its last block, carried
+            // down the subtree with the nodes: a key's last task holds its window's last point,
+            // whose `LT` is read from that block at the end (no walk of its own).
+            let mut ends = vec![(0u64, 0u64); if end.is_some() { tasks.len() } else { 0 }];
             if top > 0 {
                 let below = levels - top;
                 // The first and the last block's paths share all but their last few levels
@@ -780,18 +775,9 @@ impl BitDpfKeys {
                         (b.acc[k], b.prev[k]) = (f.acc[q], f.prev[q]);
                     }
                 }
-                if let Some(e) = end.as_deref_mut() {
-                    // A key's last task holds its window's last block: resume its last path.
-                    let mut node_of = vec![0usize; count];
-                    tasks.iter().enumerate().for_each(|(j, t)| node_of[t.key] = j);
-                    let bit = |m: u64| (m & 1) as u8;
-                    let nodes: Vec<Node> = (0..count)
-                        .map(|k| {
-                            let j = node_of[k];
-                            end_node(k, b.seed(j), bit(b.t[j]), bit(b.prev[j]), bit(b.acc[j]))
-                        })
-                        .collect();
-                    self.window_ends(base + k0, top, &nodes, count, &last, e);
+                // The last path's prefix parity (its last turn and the XOR so far).
+                for (k, par) in ends.iter_mut().enumerate() {
+                    *par = (b.acc[k] & 1, b.prev[k] & 1);
                 }
                 for (k, t) in tasks.iter_mut().enumerate() {
                     let (pa, pb) = (t.lo >> below, t.hi >> below);
@@ -808,13 +794,6 @@ impl BitDpfKeys {
                 lo.extend(tasks.iter().map(|t| root(t) as u64));
                 hi.extend(tasks.iter().map(|t| (root(t) >> 64) as u64));
                 tm.resize(tasks.len(), (self.party.bit() as u64).wrapping_neg());
-                if let Some(e) = end {
-                    let party = self.party.bit();
-                    let nodes: Vec<Node> = (0..count)
-                        .map(|k| end_node(k, self.tree.roots[base + k0 + k], party, 0, 0))
-                        .collect();
-                    self.window_ends(base + k0, 0, &nodes, count, &last, e);
-                }
             }
             for i in top..levels {
                 let below = levels - 1 - i;
@@ -840,7 +819,7 @@ impl BitDpfKeys {
                 let (sig, el, er, ctm) = (&sig[..nodes], &el[..nodes], &er[..nodes], &ctm[..nodes]);
                 if below == 0 {
                     // Children are leaf blocks: keep those in the task's block range.
-                    for t in &tasks {
+                    for (ti, t) in tasks.iter().enumerate() {
                         let g = base + k0 + t.key;
                         let cw = self.leaf_cw[g];
                         let (clo, chi) = (t.lo.max(2 * t.p0), t.hi.min(2 * (t.p0 + t.m as u64 - 1) + 1));
@@ -854,6 +833,12 @@ impl BitDpfKeys {
                             let mask = ctm[j] as u128 | (ctm[j] as u128) << 64;
                             *o = (((al ^ sl) as u128) | ((ah ^ sh) as u128) << 64) ^ (cw[c] & mask);
                         }
+                        if let Some(par) = ends.get_mut(ti) {
+                            // The last turn, into the last block.
+                            let c = t.hi & 1;
+                            par.0 ^= ctm[t.n0 + t.m - 1] & 1 & (c ^ par.1);
+                            par.1 = c;
+                        }
                     }
                     break;
                 }
@@ -863,7 +848,13 @@ impl BitDpfKeys {
                 nhi.resize(2 * nodes, 0);
                 ntm.resize(2 * nodes, 0);
                 let (scw_lo, scw_hi) = self.tree.scw_level(i);
-                for t in tasks.iter_mut() {
+                for (ti, t) in tasks.iter_mut().enumerate() {
+                    if let Some(par) = ends.get_mut(ti) {
+                        // The last path turns towards the task's last block.
+                        let c = (t.hi >> below) & 1;
+                        par.0 ^= ctm[t.n0 + t.m - 1] & 1 & (c ^ par.1);
+                        par.1 = c;
+                    }
                     let g = base + k0 + t.key;
                     let (cl, ch) = (scw_lo[g], scw_hi[g]);
                     let tcw = [(self.tree.tcw_left[g] >> i) & 1, (self.tree.tcw_right[g] >> i) & 1];
@@ -893,32 +884,29 @@ impl BitDpfKeys {
                 std::mem::swap(hi, nhi);
                 std::mem::swap(tm, ntm);
             }
+            if let Some(e) = end.as_deref_mut() {
+                // A key's last task ends at its window's last block.
+                let party = self.party.bit() as u64;
+                for (t, &(acc, prev)) in tasks.iter().zip(&ends) {
+                    if t.at + (t.hi - t.lo) as usize + 1 != nblocks[t.key] {
+                        continue;
+                    }
+                    let blk = blocks[block_at[t.key] + t.at + (t.hi - t.lo) as usize];
+                    let leaf = LaneLeaf {
+                        bl: blk as u64,
+                        bh: (blk >> 64) as u64,
+                        sel: prev.wrapping_neg(),
+                        flip: acc ^ party,
+                    };
+                    let (lt, eq) = leaf.answer((last(t.key) & 127) as u32);
+                    e[t.key] = CmpShares { lt: XorBit(lt), eq: XorBit(eq) };
+                }
+            }
             for k in 0..count {
                 let off = (starts[k0 + k] & 127) as usize;
                 put(&mut out[k * words..(k + 1) * words], &blocks[block_at[k]..block_at[k + 1]], off, halves);
             }
         });
-    }
-
-    /// The comparison shares at each window's last point (`last(k)`), from the node its
-    /// window walk reached at depth `from` (`nodes[k]`, of key `base + k`).
-    fn window_ends(
-        &self,
-        base: usize,
-        from: u32,
-        nodes: &[Node],
-        count: usize,
-        last: &impl Fn(usize) -> u64,
-        end: &mut [CmpShares],
-    ) {
-        let ends: Vec<u64> = (0..count).map(last).collect();
-        for (part, out) in nodes.chunks(walk::CHUNK).zip(end.chunks_mut(walk::CHUNK)) {
-            let leaves = self.resume_lanes(base, from, part.iter(), &ends);
-            for ((nd, leaf), o) in part.iter().zip(leaves).zip(out.iter_mut()) {
-                let (lt, eq) = leaf.answer((ends[nd.lo as usize] & 127) as u32);
-                *o = CmpShares { lt: XorBit(lt), eq: XorBit(eq) };
-            }
-        }
     }
 
     /// The trie walk of [`BitDpfKeys::eval_sorted_bits`] for the keys in `groups`.
