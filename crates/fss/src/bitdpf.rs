@@ -884,7 +884,7 @@ impl BitDpfKeys {
                 std::mem::swap(hi, nhi);
                 std::mem::swap(tm, ntm);
             }
-            if let Some(e) = end.as_deref_mut() {
+            if let Some(e) = end {
                 // A key's last task ends at its window's last block.
                 let party = self.party.bit() as u64;
                 for (t, &(acc, prev)) in tasks.iter().zip(&ends) {
