@@ -564,8 +564,9 @@ impl BitDpfKeys {
 
     /// [`BitDpfKeys::eval_window_bits_of`], and the comparison shares at each window's last
     /// point `starts[j] + width − 1` into `end[j]`: that point's path is the window's own
-    /// last path, so its walk resumes where the window's stops (the `LT` a dense run is
-    /// anchored on, for a few levels instead of a walk of its own).
+    /// last path, so its prefix parity is carried down with the window's nodes and its `LT`
+    /// read from the window's last block (the `LT` a dense run is anchored on, without a walk
+    /// of its own).
     ///
     /// # Errors
     /// As [`BitDpfKeys::eval_window_bits_of`], and [`FssError::LengthMismatch`] for `end` of
