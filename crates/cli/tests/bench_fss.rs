@@ -1,20 +1,12 @@
 //! `fusefss bench fss --json`: the rows and fields other tools script against.
 
-use std::process::Command;
+mod common;
 
-fn fusefss(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_fusefss")).args(args).output().expect("run fusefss")
-}
+use common::{assert_fields, fusefss, json_rows};
 
 #[test]
 fn json_rows_have_the_promised_fields() {
-    let out = fusefss(&["bench", "fss", "--json", "--batch", "64", "--reps", "1"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let rows: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
-        .collect();
+    let rows = json_rows(&["bench", "fss", "--json", "--batch", "64", "--reps", "1"]);
     let fields = [
         "primitive",
         "n",
@@ -26,10 +18,8 @@ fn json_rows_have_the_promised_fields() {
         "aes_blocks_per_eval",
         "aes_ns_per_block",
     ];
+    assert_fields(&rows, &fields);
     for r in &rows {
-        for f in fields {
-            assert!(r.get(f).is_some(), "row {r} lacks {f}");
-        }
         assert!(r["eval_ns"].as_f64().unwrap() > 0.0 && r["aes_ns_per_block"].as_f64().unwrap() > 0.0);
     }
     let has = |p: &str, n: u64, out_bits: u64, k: u64| {

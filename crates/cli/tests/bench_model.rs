@@ -1,15 +1,13 @@
 //! `fusefss bench model --json`: the fields the issue names, exact on both implementations,
 //! and `--reps` / `--warmup`.
 
-use std::process::Command;
+mod common;
 
-fn fusefss(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_fusefss")).args(args).output().expect("run fusefss")
-}
+use common::{assert_fields, fusefss, json_rows};
 
 #[test]
 fn model_rows_name_every_field_and_the_median_run() {
-    let out = fusefss(&[
+    let rows = json_rows(&[
         "bench",
         "model",
         "--model",
@@ -26,9 +24,6 @@ fn model_rows_name_every_field_and_the_median_run() {
         "0",
         "--json",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let rows: Vec<serde_json::Value> =
-        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(rows.len(), 2);
     let fields = [
         "model",
@@ -46,10 +41,8 @@ fn model_rows_name_every_field_and_the_median_run() {
         "max_abs_err_vs_float",
         "cosine_vs_float",
     ];
+    assert_fields(&rows, &fields);
     for r in &rows {
-        for f in fields {
-            assert!(r.get(f).is_some(), "{r} lacks {f}");
-        }
         assert_eq!(
             (r["model"].as_str(), r["seq"].as_u64(), r["layers"].as_u64()),
             (Some("bert-tiny"), Some(12), Some(1))

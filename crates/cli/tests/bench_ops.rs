@@ -1,16 +1,12 @@
 //! `fusefss bench ops --impl sigma --json`: every operator row, exact, with SIGMA's rounds.
 
-use std::process::Command;
+mod common;
+
+use common::{assert_fields, fusefss, json_rows};
 
 #[test]
 fn sigma_rows_are_exact_with_sigma_round_counts() {
-    let out = Command::new(env!("CARGO_BIN_EXE_fusefss"))
-        .args(["bench", "ops", "--impl", "sigma", "--json", "--elements", "1024", "--reps", "1"])
-        .output()
-        .expect("run fusefss");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let rows: Vec<serde_json::Value> =
-        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let rows = json_rows(&["bench", "ops", "--impl", "sigma", "--json", "--elements", "1024", "--reps", "1"]);
     let fields = [
         "op",
         "impl",
@@ -26,10 +22,8 @@ fn sigma_rows_are_exact_with_sigma_round_counts() {
         "exact",
         "max_abs_err",
     ];
+    assert_fields(&rows, &fields);
     for r in &rows {
-        for f in fields {
-            assert!(r.get(f).is_some(), "{r} lacks {f}");
-        }
         assert_eq!(r["impl"], "sigma");
         assert_eq!(r["exact"], true, "{r}");
     }
@@ -66,17 +60,8 @@ fn sigma_rows_are_exact_with_sigma_round_counts() {
             assert!(r["max_abs_err"].as_f64().unwrap() < 0.05, "{r}");
         }
     }
-    let bad = Command::new(env!("CARGO_BIN_EXE_fusefss"))
-        .args(["bench", "ops", "--ops", "nonsense"])
-        .output()
-        .unwrap();
+    let bad = fusefss(&["bench", "ops", "--ops", "nonsense"]);
     assert!(!bad.status.success());
-}
-
-fn rows_of(args: &[&str]) -> Vec<serde_json::Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_fusefss")).args(args).output().expect("run fusefss");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 /// `--impl both`: rows pair by op, every row exact, and the compiled operators meet the
@@ -85,7 +70,7 @@ fn rows_of(args: &[&str]) -> Vec<serde_json::Value> {
 #[test]
 fn compiled_rows_beat_sigma_rows() {
     let ops = "ars_exact,ars_sign,gelu,silu,nexp,reciprocal,rsqrt,softmax,layernorm";
-    let rows = rows_of(&[
+    let rows = json_rows(&[
         "bench",
         "ops",
         "--impl",
@@ -134,7 +119,7 @@ fn fit_writes_a_spec_that_runs() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("gelu.json");
     let p = path.to_str().unwrap();
-    let summary = rows_of(&[
+    let summary = json_rows(&[
         "fit",
         "--function",
         "gelu",
@@ -156,7 +141,7 @@ fn fit_writes_a_spec_that_runs() {
     assert_eq!(s["out_scale"], 24);
     let spec: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert_eq!(spec["in_bits"], 37);
-    let rows = rows_of(&[
+    let rows = json_rows(&[
         "bench",
         "ops",
         "--impl",
@@ -174,8 +159,7 @@ fn fit_writes_a_spec_that_runs() {
     let row = rows.iter().find(|r| r["op"] == spec["name"]).expect("a row for the spec");
     assert_eq!(row["exact"], true);
     assert_eq!(row["rounds"], 2);
-    let bad =
-        Command::new(env!("CARGO_BIN_EXE_fusefss")).args(["fit", "--function", "cosh"]).output().unwrap();
+    let bad = fusefss(&["fit", "--function", "cosh"]);
     assert!(!bad.status.success());
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -1607,21 +1607,13 @@ mod tests {
 
     /// Thresholds dense just below `2^n` and just above 0 make one run that wraps past
     /// `2^n − 1` (as a signed function's rows around 0 do): one window, exact on every input.
-    #[test]
-    fn a_run_across_the_top_of_the_ring_is_one_window() {
-        let n = 13u32;
-        let top = 1u64 << n;
-        let mut boundaries: Vec<u64> = (0..300).map(|k| 5 + 3 * k).collect();
-        boundaries.extend((0..250).map(|k| top - 4 - 2 * k));
-        boundaries.push(0);
-        boundaries.push(4000);
-        boundaries.sort_unstable();
-        boundaries.dedup();
-        let pieces: Vec<Piece> = (0..boundaries.len())
-            .map(|i| Piece { polys: vec![vec![((i * 53) % 257) as i128 - 128]], ..Piece::default() })
+    /// An unsigned `n`-bit step function into 16 bits: `value(i)` on interval `i`.
+    fn step_spec(name: &str, n: u32, boundaries: Vec<u64>, value: impl Fn(usize) -> i128) -> OperatorSpec {
+        let pieces = (0..boundaries.len())
+            .map(|i| Piece { polys: vec![vec![value(i)]], ..Piece::default() })
             .collect();
-        let spec = OperatorSpec {
-            name: "circular".into(),
+        OperatorSpec {
+            name: name.into(),
             in_bits: n,
             out_bits: 16,
             signed: false,
@@ -1632,7 +1624,20 @@ mod tests {
             atoms: vec![],
             kappa: vec![],
             phi: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_run_across_the_top_of_the_ring_is_one_window() {
+        let n = 13u32;
+        let top = 1u64 << n;
+        let mut boundaries: Vec<u64> = (0..300).map(|k| 5 + 3 * k).collect();
+        boundaries.extend((0..250).map(|k| top - 4 - 2 * k));
+        boundaries.push(0);
+        boundaries.push(4000);
+        boundaries.sort_unstable();
+        boundaries.dedup();
+        let spec = step_spec("circular", n, boundaries, |i| ((i * 53) % 257) as i128 - 128);
         let program = Arc::new(compile(&spec, CompileOptions::default()).unwrap());
         let plan = EvalPlan::new(&program);
         let runs: Vec<&Run> = plan.families.iter().flat_map(|f| &f.runs).collect();
@@ -1657,22 +1662,7 @@ mod tests {
         for k in 0..200 {
             boundaries.push(11000 + 3 * k);
         }
-        let pieces: Vec<Piece> = (0..boundaries.len())
-            .map(|i| Piece { polys: vec![vec![((i * 37) % 301) as i128 - 150]], ..Piece::default() })
-            .collect();
-        let spec = OperatorSpec {
-            name: "dense".into(),
-            in_bits: n,
-            out_bits: 16,
-            signed: false,
-            scale: None,
-            out_scale: None,
-            boundaries,
-            pieces,
-            atoms: vec![],
-            kappa: vec![],
-            phi: None,
-        };
+        let spec = step_spec("dense", n, boundaries, |i| ((i * 37) % 301) as i128 - 150);
         let program = Arc::new(compile(&spec, CompileOptions::default()).unwrap());
         let plan = EvalPlan::new(&program);
         assert!(plan.families.iter().map(|f| f.runs.len()).sum::<usize>() >= 2, "{:?}", plan.families);
