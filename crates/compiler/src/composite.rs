@@ -137,17 +137,20 @@ pub fn softmax(
     })
 }
 
-/// Rows of `2^GELU_ROW_BITS` ulps for the models' GeLU (error 2^−8, half of SIGMA's).
-pub const GELU_ROW_BITS: u32 = 6;
+/// Rows of `2^GELU_ROW_BITS` ulps for the models' GeLU: error 7.7e-3, SIGMA's class (its
+/// 8-bit table: 7.6e-3). Rows of `2^6` halve the error (3.9e-3) but double the window
+/// (514 against 258 high positions, two more levels of subtree per element): 0.55 against
+/// 0.46 µs per element at n = 37 (`fusefss bench ops --n 37 --ops gelu --rows 6|7 --split
+/// true`) and bert-tiny ~13 ms slower, for the same cosine against f64 (bert-tiny seq 128:
+/// 0.999955 with either; MiniLM seq 32: 0.999926 / 0.999927).
+pub const GELU_ROW_BITS: u32 = 7;
 
 /// The models' GeLU on inputs that fit `n − f` bits: [`library::gelu_rows`] (the residual
-/// from rows of `2^6` ulps, minimax per row) with the comparison split at the rows. Against
-/// the exactly rounded [`library::gelu`] it reads one window of 514 high positions (its rows
-/// around 0, across the top of the ring) instead of ~33k positions per element (4× faster:
-/// 0.66 against 2.63 µs at n = 37, `fusefss bench ops --n 37 --ops gelu [--rows 6 --split
-/// true]`, median of 9) for a key of 398
-/// against 385 B per element at n = 37, and an error of 3.9e-3 instead of 1.2e-4 (SIGMA's
-/// table: 7.6e-3).
+/// from rows of `2^GELU_ROW_BITS` ulps, minimax per row) with the comparison split at the
+/// rows. Against the exactly rounded [`library::gelu`] it reads one window of 258 high
+/// positions (its rows around 0, across the top of the ring) instead of ~33k positions per
+/// element (0.46 against 2.63 µs at n = 37), for a key of 397 against 385 B per element at
+/// n = 37.
 ///
 /// # Errors
 /// [`SpecError`] for unsupported widths.

@@ -130,6 +130,7 @@ fn full_width_at_37_and_50() {
         // Row tables, with the comparison split at the rows (the smaller key may not be).
         let rows = [
             gelu_rows(n - f, n, f, GeluForm::Erf, 6),
+            gelu_rows(n - f, n, f, GeluForm::Tanh, compiler::composite::GELU_ROW_BITS),
             silu_rows(n, n, f, 6),
             nexp_rows(n - f + 2, n, f, 3),
             nexp_rows_nonneg(n - f + 2, n, f, 4),
