@@ -920,15 +920,17 @@ impl BitDpfKeys {
 
     /// [`BitDpfKeys::window_chunk`] for windows of at most `2^d` leaf blocks (`d ≤`
     /// [`WINDOW_WHOLE_LEVELS`]): such a window lies under two neighbouring nodes at depth
-    /// `levels − d`, those of its first and its last block. Both are walked to as lanes, and
-    /// both subtrees are expanded whole, node-major across the chunk's keys: every key has
-    /// the same shape, so each level is a few loops over consecutive keys (their correction
-    /// words read as slices), with no per-task bookkeeping. That expands up to
-    /// `2^{d+1}` blocks for a window of `2^{d−1} + 1` or more: the AES is cheap next to the
-    /// bookkeeping it saves (19-bit keys, 514 wide: 206 → 164 ns per key, one thread).
+    /// `levels − d`, those of its first and its last block. Both are walked to as lanes;
+    /// below them, level `j` keeps a fixed number of nodes per key, `P_j = ⌊(span − 1) /
+    /// 2^{d−j}⌋ + 2` from the first one above the window's first block (enough for any
+    /// window of `span` blocks), stored node-major across the chunk's keys. Every key has
+    /// the same shape, so a level is a few loops over consecutive keys (their correction
+    /// words read as slices) and a select of each key's children by one bit, with no
+    /// per-task bookkeeping. Per key, one thread, against the general window code: 19-bit
+    /// keys, 514 wide 206 → 154 ns, 258 wide → 115 ns; 23-bit keys, 2,309 wide 355 → 264 ns.
     ///
     /// The window's last point reads its `LT` from its own block, with the second path's
-    /// prefix parity carried down its subtree.
+    /// prefix parity carried down to it.
     #[allow(clippy::too_many_arguments)]
     fn window_whole(
         &self,
@@ -946,10 +948,18 @@ impl BitDpfKeys {
         let words = width.div_ceil(64);
         let count = out.len() / words;
         let starts = &starts[k0..k0 + count];
-        let low = (1u64 << d) - 1;
-        let first: Vec<u64> = starts.iter().map(|&s| s >> LEAF_BITS).collect();
+        let span = ((1usize << LEAF_BITS) - 1 + width).div_ceil(1 << LEAF_BITS);
+        let slots = |j: u32| ((span - 1) >> (d - j)) + 2;
+        // Leaf blocks are numbered from the first path's subtree on (the second's follow):
+        // a window covers blocks `rel..=end` of that numbering.
+        let rel: Vec<u64> = starts.iter().map(|&s| (s >> LEAF_BITS) & ((1u64 << d) - 1)).collect();
+        let end_blk: Vec<u64> = starts
+            .iter()
+            .zip(&rel)
+            .map(|(&s, &r)| r + (((s & 127) as usize + width).div_ceil(128) - 1) as u64)
+            .collect();
         let last: Vec<u64> = starts.iter().map(|&s| s.wrapping_add(width as u64 - 1) & mask(n)).collect();
-        let pa: Vec<u64> = first.iter().map(|&f| f >> d).collect();
+        let pa: Vec<u64> = starts.iter().map(|&s| s >> LEAF_BITS >> d).collect();
         let pb: Vec<u64> = last.iter().map(|&p| p >> LEAF_BITS >> d).collect();
         let g0 = base + k0;
         let parity = end.is_some();
@@ -957,8 +967,8 @@ impl BitDpfKeys {
         let mut ends: Vec<(u64, u64)> =
             if parity { (0..count).map(|k| (b.acc[k] & 1, b.prev[k] & 1)).collect() } else { vec![] };
         WINDOW_SCRATCH.with_borrow_mut(|ws| {
-            let WindowScratch { blocks, lo, hi, tm, nlo, nhi, ntm, sig, el, er, halves, .. } = ws;
-            // Node q of key k at `q·count + k`; the first path's subtree, then the second's.
+            let WindowScratch { blocks, lo, hi, tm, nlo, nhi, ntm, ctm: sel, sig, el, er, halves } = ws;
+            // Slot q of key k at `q·count + k`: at depth `top`, the two paths' nodes.
             lo.clear();
             hi.clear();
             tm.clear();
@@ -970,7 +980,8 @@ impl BitDpfKeys {
             let prg = Prg::global();
             for j in 0..d {
                 let i = top + j;
-                let nodes = (2usize << j) * count;
+                let (p, below) = (slots(j), d - j);
+                let nodes = p * count;
                 sig.clear();
                 sig.extend(lo[..nodes].iter().zip(&hi[..nodes]).map(|(&l, &h)| walk::block(h, h ^ l)));
                 sig.resize(pad(nodes), AesBlock::default());
@@ -978,15 +989,15 @@ impl BitDpfKeys {
                 er.resize(sig.len(), AesBlock::default());
                 prg.encrypt(HashKey::Left, sig, el);
                 prg.encrypt(HashKey::Right, sig, er);
-                // The last point's path turns at this level within the second subtree.
+                // The last point's path turns at this level (slot: its node less the first).
                 for (k, par) in ends.iter_mut().enumerate() {
-                    let lb = (last[k] >> LEAF_BITS) & low;
-                    let q = (1usize << j) + (lb >> (d - j)) as usize;
-                    let c = (lb >> (d - 1 - j)) & 1;
+                    let q = ((end_blk[k] >> below) - (rel[k] >> below)) as usize;
+                    let c = (end_blk[k] >> (below - 1)) & 1;
                     par.0 ^= tm[q * count + k] & 1 & (c ^ par.1);
                     par.1 = c;
                 }
-                let leaves = j + 1 == d;
+                let leaves = below == 1;
+                // Children of every slot, in order (slot q's at 2q and 2q + 1).
                 if leaves {
                     blocks.resize(2 * nodes, 0);
                 } else {
@@ -1003,18 +1014,19 @@ impl BitDpfKeys {
                 };
                 let tcws = [&self.tree.tcw_left[g0..g0 + count], &self.tree.tcw_right[g0..g0 + count]];
                 let leaf_cw = &self.leaf_cw[g0..g0 + count];
-                for q in 0..nodes / count {
+                for q in 0..p {
                     let r = q * count..(q + 1) * count;
                     let (l, h, t) = (&lo[r.clone()], &hi[r.clone()], &tm[r.clone()]);
                     for (c, e) in [&el[r.clone()], &er[r.clone()]].into_iter().enumerate() {
                         let o = (2 * q + c) * count..(2 * q + c + 1) * count;
                         if leaves {
-                            let out = &mut blocks[o];
-                            for k in 0..count {
+                            // Key-major: each key's blocks end up contiguous.
+                            let at = 2 * q + c;
+                            for (k, out) in blocks.chunks_exact_mut(2 * p).enumerate() {
                                 let (al, ah) = walk::halves(&e[k]);
                                 let (al, ah) = (al ^ h[k], ah ^ h[k] ^ l[k]);
                                 let cw = leaf_cw[k][c] & (t[k] as u128 | (t[k] as u128) << 64);
-                                out[k] = (al as u128 | (ah as u128) << 64) ^ cw;
+                                out[at] = (al as u128 | (ah as u128) << 64) ^ cw;
                             }
                         } else {
                             let (cl, ch, tc) = (cws.0, cws.1, tcws[c]);
@@ -1030,27 +1042,42 @@ impl BitDpfKeys {
                     }
                 }
                 if !leaves {
-                    std::mem::swap(lo, nlo);
-                    std::mem::swap(hi, nhi);
-                    std::mem::swap(tm, ntm);
+                    // The next level's slots: each key's children from its first needed one
+                    // (child 0 or 1 of its first slot).
+                    sel.clear();
+                    sel.extend(rel.iter().map(|&r| ((r >> (below - 1)) & 1).wrapping_neg()));
+                    let next = slots(j + 1);
+                    lo.resize(next * count, 0);
+                    hi.resize(next * count, 0);
+                    tm.resize(next * count, 0);
+                    let sel = &sel[..count];
+                    for q in 0..next {
+                        let (r0, r1) = (q * count..(q + 1) * count, (q + 1) * count..(q + 2) * count);
+                        for (dst, src) in [(&mut *lo, &*nlo), (&mut *hi, &*nhi), (&mut *tm, &*ntm)] {
+                            let (a, b) = (&src[r0.clone()], &src[r1.clone()]);
+                            for (o, ((&a, &b), &m)) in
+                                dst[r0.clone()].iter_mut().zip(a.iter().zip(b).zip(sel))
+                            {
+                                *o = a ^ ((a ^ b) & m);
+                            }
+                        }
+                    }
                 }
             }
-            // Each key's window: its blocks from the first one on (into the second subtree).
-            let mut own = vec![0u128; 2 << d];
+            // Each key's window: its blocks from the first one on. The last level's children
+            // start at the first block's sibling pair.
+            let per = 2 * slots(d - 1);
             let party = self.party.bit() as u64;
             let mut end = end;
             for k in 0..count {
-                let rel = (first[k] & low) as usize;
-                let nb = ((starts[k] & 127) as usize + width).div_ceil(128);
-                for (q, o) in own[..nb].iter_mut().enumerate() {
-                    *o = blocks[(rel + q) * count + k];
-                }
+                let first = k * per + (rel[k] & 1) as usize;
+                let nb = (end_blk[k] - rel[k]) as usize + 1;
+                let own = &blocks[first..first + nb];
                 let off = (starts[k] & 127) as usize;
-                put_window(&mut out[k * words..(k + 1) * words], &own[..nb], off, width, halves);
+                put_window(&mut out[k * words..(k + 1) * words], own, off, width, halves);
                 if let Some(e) = end.as_deref_mut() {
                     let (acc, prev) = ends[k];
-                    let lb = (1usize << d) + ((last[k] >> LEAF_BITS) & low) as usize;
-                    let blk = blocks[lb * count + k];
+                    let blk = own[nb - 1];
                     let leaf = LaneLeaf {
                         bl: blk as u64,
                         bh: (blk >> 64) as u64,
@@ -1506,10 +1533,10 @@ struct WindowScratch {
     halves: Vec<u64>,
 }
 
-/// Windows of at most `2^WINDOW_WHOLE_LEVELS` leaf blocks (up to 1921 positions) expand
-/// their two subtrees whole ([`BitDpfKeys::window_whole`]); wider ones only the nodes they
-/// need.
-const WINDOW_WHOLE_LEVELS: u32 = 4;
+/// Windows of at most `2^WINDOW_WHOLE_LEVELS` leaf blocks (up to 3,969 positions) are read
+/// with a fixed number of nodes per level ([`BitDpfKeys::window_whole`]); wider ones with
+/// the nodes each needs. (At 6, 4,000-wide windows were 7 % slower than the general code.)
+const WINDOW_WHOLE_LEVELS: u32 = 5;
 
 /// Window bits `0..width` of a key into `o`: bit `u` is bit `u + off` of `blocks` (the key's
 /// blocks from the window's first on), and the bits past the window are cleared.
