@@ -1106,13 +1106,13 @@ impl CompiledGate {
         let RunScratch { locals, pv, shares, opened } = sc;
         // (Every local is written before it is read: the comparison writes each leaf's column
         // whole, a lookup each of its outputs' columns. No clearing.)
-        locals.resize(len * nl, 0);
+        let locals = at_least(locals, len * nl);
         self.comparison(key, &xh, locals)?;
         self.dcf_lookup(key, &xh, locals)?;
         // (Every public variable is written before a form reads it: the static ones here,
         // the opened ones by the exchange that opens them. No clearing: ~13 MB per GeLU
         // layer of bert-tiny.)
-        pv.resize(len * p.pvars.len(), 0);
+        let pv = at_least(pv, len * p.pvars.len());
         for (s, v) in p.pvars.iter().enumerate() {
             if let Some(f) = static_pvar(*v, n) {
                 for e in 0..len {
@@ -1128,14 +1128,14 @@ impl CompiledGate {
             forms.extend(ex.beaver.iter().map(|(_, f)| f));
             forms.extend(ex.outputs.iter());
             // (Each form writes its column whole: no clearing.)
-            shares.resize(forms.len() * len, 0);
+            let shares = at_least(shares, forms.len() * len);
             for (i, f) in forms.iter().enumerate() {
                 self.eval_form(f, key, locals, pv, &mut shares[i * len..(i + 1) * len]);
             }
             let parts: Vec<(&[u64], u32)> =
                 forms.iter().enumerate().map(|(i, f)| (&shares[i * len..(i + 1) * len], f.bits)).collect();
             // (Every value is written by the opening: no clearing.)
-            opened.resize(forms.len() * len, 0);
+            let opened = at_least(opened, forms.len() * len);
             ctx.open_many_into(&parts, opened).await?;
             // Opened form `i` (bits, then Beaver differences, then outputs).
             let form = |i: usize| &opened[i * len..(i + 1) * len];
@@ -1344,6 +1344,16 @@ struct RunScratch {
 
 thread_local! {
     static RUN_SCRATCH: std::cell::RefCell<Vec<RunScratch>> = std::cell::RefCell::default();
+}
+
+/// The first `len` words of `v`, grown (never shrunk) to hold them: a gate's buffers are
+/// written before they are read, so a larger gate's words left over cost nothing, where
+/// shrinking and growing again zero-filled the difference on every larger gate.
+fn at_least(v: &mut Vec<u64>, len: usize) -> &mut [u64] {
+    if v.len() < len {
+        v.resize(len, 0);
+    }
+    &mut v[..len]
 }
 
 /// [`CompiledGate::comparison`]'s buffers, kept per thread: the walks' scratch, and per
