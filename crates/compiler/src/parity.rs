@@ -107,7 +107,15 @@ impl ParityTable {
                 let c = chunk as usize;
                 let m = (1u64 << c) - 1;
                 let value = |j: usize| ((s[(j * c) / 64] >> ((j * c) % 64)) & m) as usize;
-                if lw == 1 {
+                if lw == 1 && c == 8 {
+                    // Entries of 256 words, one run per used chunk in order; chunk j is
+                    // byte j of `s`.
+                    let a = table
+                        .chunks_exact(256)
+                        .zip(used)
+                        .fold(0u64, |a, (t, &(j, _))| a ^ t[((s[j / 8] >> ((j % 8) * 8)) & 255) as usize]);
+                    acc[0] ^= a;
+                } else if lw == 1 {
                     let a = used.iter().fold(0u64, |a, &(j, at)| a ^ table[at + value(j)]);
                     acc[0] ^= a;
                 } else {
