@@ -201,6 +201,33 @@ struct BelowGroup {
     betas: Vec<u64>,
     /// `(betas.len() + 1) × words` words, `words = ⌈leaves / 64⌉`.
     suffix: Vec<u64>,
+    /// `starts[h]`: the thresholds below `h·2^shift` (`2^{bits − shift} + 1` entries), so
+    /// that a search covers only the thresholds of `v`'s bucket (usually none: `v` is
+    /// uniform, the thresholds clustered).
+    starts: Vec<u32>,
+    shift: u32,
+}
+
+/// Buckets of a [`BelowGroup`]'s search: at most `2^BELOW_BUCKET_BITS`.
+const BELOW_BUCKET_BITS: u32 = 12;
+
+impl BelowGroup {
+    fn new(bits: u32, betas: Vec<u64>, suffix: Vec<u64>) -> BelowGroup {
+        let shift = bits.saturating_sub(BELOW_BUCKET_BITS);
+        let top = 1u64 << (bits - shift);
+        let starts = (0..=top)
+            .map(|h| if h == top { betas.len() } else { betas.partition_point(|&b| b < h << shift) } as u32)
+            .collect();
+        BelowGroup { bits, betas, suffix, starts, shift }
+    }
+
+    /// The number of thresholds `≤ v` (`v < 2^bits`).
+    #[inline]
+    fn count_upto(&self, v: u64) -> usize {
+        let h = (v >> self.shift) as usize;
+        let (a, b) = (self.starts[h] as usize, self.starts[h + 1] as usize);
+        a + self.betas[a..b].partition_point(|&x| x <= v)
+    }
 }
 
 impl BelowGroup {
@@ -235,7 +262,7 @@ impl BelowGroup {
                         suffix[i * words + w] ^= suffix[(i + 1) * words + w];
                     }
                 }
-                BelowGroup { bits, betas, suffix }
+                BelowGroup::new(bits, betas, suffix)
             })
             .collect()
     }
@@ -971,7 +998,7 @@ impl CompiledGate {
                 if party0 {
                     let x = xh[e0 + e];
                     for g in &plan.below {
-                        let i = g.betas.partition_point(|&b| b <= x & mask(g.bits));
+                        let i = g.count_upto(x & mask(g.bits));
                         acc.iter_mut().zip(&g.suffix[i * lw..(i + 1) * lw]).for_each(|(a, s)| *a ^= s);
                     }
                 }
