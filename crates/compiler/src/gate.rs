@@ -176,6 +176,15 @@ struct EvalPlan {
     eq_tables: Vec<ParityTable>,
     /// Per family and dense run: the leaves' terms on the run's window.
     run_tables: Vec<Vec<RunTables>>,
+    /// Whether only masked-bit forms ([`bit_form`]) read the leaves: then the leaves stay
+    /// packed (a bit per leaf) and are not stored as locals.
+    packed_leaves: bool,
+}
+
+/// Whether `f` is a one-bit form without public factors (a masked bit: a leaf, its mask's
+/// low bit and constants, XORed).
+fn bit_form(f: &Form) -> bool {
+    f.bits == 1 && f.terms.iter().all(|t| t.pmono.is_none())
 }
 
 /// The leaves' terms on one dense run, a bit per leaf: the window's parity table (`LT` and
@@ -388,7 +397,14 @@ impl EvalPlan {
                     .collect()
             })
             .collect();
-        EvalPlan { families, reversed, below, konst, lt_tables, eq_tables, run_tables }
+        let leaves = p.leaves.len() as u32;
+        let packed_leaves = p.exchanges.iter().all(|e| {
+            let forms = e.bits.iter().chain(e.beaver.iter().map(|(_, f)| f)).chain(e.outputs.iter());
+            forms
+                .filter(|f| !bit_form(f))
+                .all(|f| f.terms.iter().all(|t| !matches!(t.src, Src::Local(j) if j < leaves)))
+        });
+        EvalPlan { families, reversed, below, konst, lt_tables, eq_tables, run_tables, packed_leaves }
     }
 }
 
@@ -765,11 +781,17 @@ impl CompiledGate {
     }
 
     /// Party `b`'s comparison: fills the leaves' XOR shares into `locals`.
-    fn comparison(&self, key: &CompiledKey, xh: &[u64], locals: &mut [u64]) -> Result<(), GateError> {
+    fn comparison(
+        &self,
+        key: &CompiledKey,
+        xh: &[u64],
+        locals: &mut [u64],
+        packed: &mut [u64],
+    ) -> Result<(), GateError> {
         // Buffers kept per thread (MBs for a row's thousands of thresholds): fresh ones would
         // be faulted in again by every gate.
         let mut sc = CMP_SCRATCH.with_borrow_mut(|pool| pool.pop()).unwrap_or_default();
-        let out = self.comparison_in(key, xh, locals, &mut sc);
+        let out = self.comparison_in(key, xh, locals, packed, &mut sc);
         CMP_SCRATCH.with_borrow_mut(|pool| {
             if pool.len() < 2 {
                 pool.push(sc);
@@ -778,11 +800,14 @@ impl CompiledGate {
         out
     }
 
+    /// With [`EvalPlan::packed_leaves`], the leaves go to `packed` (`lw` words per element)
+    /// instead of `locals`.
     fn comparison_in(
         &self,
         key: &CompiledKey,
         xh: &[u64],
         locals: &mut [u64],
+        packed: &mut [u64],
         cs: &mut CmpScratch,
     ) -> Result<(), GateError> {
         let p = &*self.program;
@@ -965,7 +990,15 @@ impl CompiledGate {
             // The leaves, all at once: a bit per leaf in `acc` (parity tables, §3.5).
             let plan = &*self.plan;
             let lw = words_for(p.leaves.len()).max(1);
-            let mut accs = vec![0u64; (e1 - e0) * lw];
+            let mut own = vec![];
+            let accs = if plan.packed_leaves {
+                let a = &mut packed[e0 * lw..e1 * lw];
+                a.fill(0);
+                a
+            } else {
+                own.resize((e1 - e0) * lw, 0u64);
+                &mut own[..]
+            };
             for (e, acc) in accs.chunks_exact_mut(lw).enumerate() {
                 acc.iter_mut().zip(&plan.konst).for_each(|(a, &k)| *a = if party0 { k } else { 0 });
                 for (fi, f) in p.families.iter().enumerate() {
@@ -1002,6 +1035,9 @@ impl CompiledGate {
                         acc.iter_mut().zip(&g.suffix[i * lw..(i + 1) * lw]).for_each(|(a, s)| *a ^= s);
                     }
                 }
+            }
+            if plan.packed_leaves {
+                continue;
             }
             // Column by column: each local's run of elements is written in order.
             for li in 0..p.leaves.len() {
@@ -1130,11 +1166,13 @@ impl CompiledGate {
         let xh: Vec<u64> = xh.iter().map(|&x| x & mask(n)).collect();
         // Local-major (`locals[j·len + e]`, `pv[s·len + e]`): each form reads whole columns.
         let nl = p.locals as usize;
-        let RunScratch { locals, pv, shares, opened } = sc;
+        let RunScratch { locals, packed, pv, shares, opened } = sc;
         // (Every local is written before it is read: the comparison writes each leaf's column
         // whole, a lookup each of its outputs' columns. No clearing.)
         let locals = at_least(locals, len * nl);
-        self.comparison(key, &xh, locals)?;
+        let lw = words_for(p.leaves.len()).max(1);
+        let packed = at_least(packed, if self.plan.packed_leaves { len * lw } else { 0 });
+        self.comparison(key, &xh, locals, packed)?;
         self.dcf_lookup(key, &xh, locals)?;
         // (Every public variable is written before a form reads it: the static ones here,
         // the opened ones by the exchange that opens them. No clearing: ~13 MB per GeLU
@@ -1157,7 +1195,12 @@ impl CompiledGate {
             // (Each form writes its column whole: no clearing.)
             let shares = at_least(shares, forms.len() * len);
             for (i, f) in forms.iter().enumerate() {
-                self.eval_form(f, key, locals, pv, &mut shares[i * len..(i + 1) * len]);
+                let out = &mut shares[i * len..(i + 1) * len];
+                if bit_form(f) {
+                    self.eval_bit_form(f, key, locals, packed, out);
+                } else {
+                    self.eval_form(f, key, locals, pv, out);
+                }
             }
             let parts: Vec<(&[u64], u32)> =
                 forms.iter().enumerate().map(|(i, f)| (&shares[i * len..(i + 1) * len], f.bits)).collect();
@@ -1190,6 +1233,34 @@ impl CompiledGate {
             }
         }
         Ok(outputs)
+    }
+
+    /// A party's XOR shares of a masked bit ([`bit_form`]) for every element: one pass per
+    /// term with an odd coefficient, the leaves read from `packed` when they are kept there.
+    fn eval_bit_form(&self, f: &Form, key: &CompiledKey, locals: &[u64], packed: &[u64], out: &mut [u64]) {
+        let (len, leaves) = (self.len, self.program.leaves.len());
+        let lw = words_for(leaves).max(1);
+        let odd = || f.terms.iter().filter(|t| t.coef & 1 == 1);
+        let ones = odd().filter(|t| matches!(t.src, Src::One)).count() as u64;
+        out.fill(ones & (key.party == Party::P0) as u64 & 1);
+        for t in odd() {
+            match t.src {
+                Src::One => {}
+                Src::Word(j) => {
+                    out.iter_mut().zip(&key.words[j as usize][..len]).for_each(|(o, &v)| *o ^= v & 1);
+                }
+                Src::Local(j) if self.plan.packed_leaves && (j as usize) < leaves => {
+                    let (w, b) = (j as usize / 64, j % 64);
+                    for (o, acc) in out.iter_mut().zip(packed.chunks_exact(lw)) {
+                        *o ^= (acc[w] >> b) & 1;
+                    }
+                }
+                Src::Local(j) => {
+                    let col = &locals[j as usize * len..(j as usize + 1) * len];
+                    out.iter_mut().zip(col).for_each(|(o, &v)| *o ^= v & 1);
+                }
+            }
+        }
     }
 
     /// A party's shares of a linear form for every element.
@@ -1364,6 +1435,7 @@ const FEW_POINTS: usize = 8;
 #[derive(Default)]
 struct RunScratch {
     locals: Vec<u64>,
+    packed: Vec<u64>,
     pv: Vec<u64>,
     shares: Vec<u64>,
     opened: Vec<u64>,
