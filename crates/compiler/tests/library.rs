@@ -133,7 +133,7 @@ fn full_width_at_37_and_50() {
             gelu_rows(n - f, n, f, GeluForm::Tanh, compiler::composite::GELU_ROW_BITS),
             silu_rows(n, n, f, 6),
             nexp_rows(n - f + 2, n, f, 3),
-            nexp_rows_nonneg(n - f + 2, n, f, 4),
+            nexp_rows_nonneg(n - f + 2, n, f, compiler::composite::NEXP_ROW_BITS),
         ];
         for (i, s) in rows.iter().enumerate() {
             let split = CompileOptions { split: Some(true), ..CompileOptions::default() };
