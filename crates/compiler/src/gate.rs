@@ -1174,18 +1174,35 @@ impl CompiledGate {
         let packed = at_least(packed, if self.plan.packed_leaves { len * lw } else { 0 });
         self.comparison(key, &xh, locals, packed)?;
         self.dcf_lookup(key, &xh, locals)?;
-        // (Every public variable is written before a form reads it: the static ones here,
-        // the opened ones by the exchange that opens them. No clearing: ~13 MB per GeLU
-        // layer of bert-tiny.)
+        // The static public variables here; the opened ones are read where their exchange
+        // opened them (a buffer per exchange), not copied.
         let pv = at_least(pv, len * p.pvars.len());
+        let mut is_static = vec![false; p.pvars.len()];
         for (s, v) in p.pvars.iter().enumerate() {
             if let Some(f) = static_pvar(*v, n) {
-                for e in 0..len {
-                    pv[s * len + e] = f(xh[e]);
+                is_static[s] = true;
+                for (o, &x) in pv[s * len..(s + 1) * len].iter_mut().zip(&xh) {
+                    *o = f(x);
                 }
             }
         }
-        let slot = |v: PVar| p.pvars.iter().position(|w| *w == v);
+        // Where each opened public variable is: (exchange, form index).
+        let at: Vec<Option<(usize, usize)>> = p
+            .pvars
+            .iter()
+            .map(|v| {
+                p.exchanges.iter().enumerate().find_map(|(t, ex)| match *v {
+                    PVar::Open(j) if (j as usize) < ex.bits.len() => Some((t, j as usize)),
+                    PVar::Beaver(i) => {
+                        ex.beaver.iter().position(|(k, _)| *k == i).map(|k| (t, ex.bits.len() + k))
+                    }
+                    _ => None,
+                })
+            })
+            .collect();
+        if opened.len() < p.exchanges.len() {
+            opened.resize_with(p.exchanges.len(), Vec::new);
+        }
         let mut outputs = vec![];
         let mut bits = vec![];
         for (t, ex) in p.exchanges.iter().enumerate() {
@@ -1194,36 +1211,36 @@ impl CompiledGate {
             forms.extend(ex.outputs.iter());
             // (Each form writes its column whole: no clearing.)
             let shares = at_least(shares, forms.len() * len);
-            for (i, f) in forms.iter().enumerate() {
-                let out = &mut shares[i * len..(i + 1) * len];
-                if bit_form(f) {
-                    self.eval_bit_form(f, key, locals, packed, out);
-                } else {
-                    self.eval_form(f, key, locals, pv, out);
+            {
+                // The public variables known by now (an exchange's forms read only what
+                // earlier exchanges opened; the others stay empty).
+                let done = &opened[..t];
+                let cols: Vec<&[u64]> = (0..p.pvars.len())
+                    .map(|s| match at[s] {
+                        _ if is_static[s] => &pv[s * len..(s + 1) * len],
+                        Some((t2, i)) if t2 < t => &done[t2][i * len..(i + 1) * len],
+                        _ => &[][..],
+                    })
+                    .collect();
+                for (i, f) in forms.iter().enumerate() {
+                    let out = &mut shares[i * len..(i + 1) * len];
+                    if bit_form(f) {
+                        self.eval_bit_form(f, key, locals, packed, out);
+                    } else {
+                        self.eval_form(f, key, locals, &cols, out);
+                    }
                 }
             }
             let parts: Vec<(&[u64], u32)> =
                 forms.iter().enumerate().map(|(i, f)| (&shares[i * len..(i + 1) * len], f.bits)).collect();
             // (Every value is written by the opening: no clearing.)
-            let opened = at_least(opened, forms.len() * len);
-            ctx.open_many_into(&parts, opened).await?;
+            let cur = at_least(&mut opened[t], forms.len() * len);
+            ctx.open_many_into(&parts, cur).await?;
             // Opened form `i` (bits, then Beaver differences, then outputs).
-            let form = |i: usize| &opened[i * len..(i + 1) * len];
-            for j in 0..ex.bits.len() {
-                let vals = form(j);
-                if let Some(s) = slot(PVar::Open(j as u32)) {
-                    pv[s * len..(s + 1) * len].copy_from_slice(vals);
-                }
-                // (Only a table lookup reads the opened bits again.)
-                if matches!(p.lookup, LookupPlan::Table(_)) {
-                    bits.push(vals.to_vec());
-                }
-            }
-            for (k, (i, _)) in ex.beaver.iter().enumerate() {
-                let vals = form(ex.bits.len() + k);
-                if let Some(s) = slot(PVar::Beaver(*i)) {
-                    pv[s * len..(s + 1) * len].copy_from_slice(vals);
-                }
+            let form = |i: usize| &cur[i * len..(i + 1) * len];
+            // (Only a table lookup reads the opened bits again.)
+            if matches!(p.lookup, LookupPlan::Table(_)) {
+                bits.extend((0..ex.bits.len()).map(|j| form(j).to_vec()));
             }
             for k in 0..ex.outputs.len() {
                 outputs.extend_from_slice(form(ex.bits.len() + ex.beaver.len() + k));
@@ -1268,7 +1285,7 @@ impl CompiledGate {
     /// Term by term over blocks of elements: each public monomial the form uses is computed
     /// once per element of the block, and each term is one multiply-add per element over
     /// contiguous columns (a Φ of a split view has hundreds of terms).
-    fn eval_form(&self, f: &Form, key: &CompiledKey, locals: &[u64], pv: &[u64], out: &mut [u64]) {
+    fn eval_form(&self, f: &Form, key: &CompiledKey, locals: &[u64], pv: &[&[u64]], out: &mut [u64]) {
         const BLOCK: usize = 512;
         let p = &*self.program;
         let nl = p.locals as usize;
@@ -1316,15 +1333,13 @@ impl CompiledGate {
                 let col = &mut cols[c * BLOCK..c * BLOCK + w];
                 col.fill(1);
                 for &(s, x) in &p.pmonos[i] {
-                    let s = s as usize;
+                    let src = &pv[s as usize][e0..e1];
                     if x == 1 {
-                        for (v, e) in col.iter_mut().zip(e0..e1) {
-                            *v = v.wrapping_mul(pv[s * self.len + e]);
-                        }
+                        col.iter_mut().zip(src).for_each(|(v, &p)| *v = v.wrapping_mul(p));
                     } else {
-                        for (v, e) in col.iter_mut().zip(e0..e1) {
-                            *v = v.wrapping_mul(pv[s * self.len + e].wrapping_pow(x as u32));
-                        }
+                        col.iter_mut()
+                            .zip(src)
+                            .for_each(|(v, &p)| *v = v.wrapping_mul(p.wrapping_pow(x as u32)));
                     }
                 }
             }
@@ -1438,7 +1453,8 @@ struct RunScratch {
     packed: Vec<u64>,
     pv: Vec<u64>,
     shares: Vec<u64>,
-    opened: Vec<u64>,
+    /// Per exchange.
+    opened: Vec<Vec<u64>>,
 }
 
 thread_local! {
