@@ -251,26 +251,16 @@ impl Conn {
 }
 
 /// Move the plaintext a TLS session holds into `inbuf` (`eof` on the peer's close_notify).
+/// (`read_to_end` appends into the vector's spare capacity: no zero-filled staging area per
+/// record, which cost a 64 KB memset per 16 KB record.)
 fn read_plaintext(c: &mut rustls::Connection, inbuf: &mut Vec<u8>, eof: &mut bool) -> Result<(), NetError> {
-    loop {
-        let at = inbuf.len();
-        inbuf.resize(at + TLS_CHUNK, 0);
-        match c.reader().read(&mut inbuf[at..]) {
-            Ok(0) => {
-                inbuf.truncate(at);
-                *eof = true;
-                return Ok(());
-            }
-            Ok(k) => inbuf.truncate(at + k),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                inbuf.truncate(at);
-                return Ok(());
-            }
-            Err(e) => {
-                inbuf.truncate(at);
-                return Err(e.into());
-            }
+    match c.reader().read_to_end(inbuf) {
+        Ok(_) => {
+            *eof = true;
+            Ok(())
         }
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 
