@@ -124,8 +124,8 @@ pub fn load_identity(dir: &Path, role: Role) -> Result<Identity, NetError> {
     Ok(Identity { cert, key: key.into() })
 }
 
-/// ring's provider with AES-128-GCM first: ~30 % less encryption time than AES-256-GCM
-/// for the megabytes a query sends, at TLS 1.3's standard 128-bit level.
+/// ring's provider with AES-128-GCM first (10 AES rounds per block against AES-256-GCM's
+/// 14, for the megabytes a query sends), at TLS 1.3's standard 128-bit level.
 fn provider() -> Arc<CryptoProvider> {
     let mut p = rustls::crypto::ring::default_provider();
     p.cipher_suites.sort_by_key(|s| s.suite() != rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
