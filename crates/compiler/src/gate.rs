@@ -50,6 +50,9 @@ pub struct CompiledKey {
     carries: Vec<Vec<bool>>,
     /// Dealer words, word-major.
     words: Vec<Vec<u64>>,
+    /// The masks of the first exchange's masked bits, packed per element (see
+    /// [`masked_bit_masks`]); derived from `words`, not stored.
+    zbits: Vec<u64>,
     /// The table lookup's keys (one per element).
     table: Option<fss::adpf::AdpfKeys>,
     /// The DCF lookup's keys (element-major) and base shares (element-major).
@@ -63,6 +66,7 @@ impl Zeroize for CompiledKey {
         self.cmp.iter_mut().for_each(Zeroize::zeroize);
         self.carries.iter_mut().for_each(fss::wipe::wipe);
         self.words.iter_mut().for_each(fss::wipe::wipe);
+        fss::wipe::wipe(&mut self.zbits);
         self.table.zeroize();
         self.dcf.zeroize();
         fss::wipe::wipe(&mut self.dcf_base);
@@ -185,6 +189,56 @@ struct EvalPlan {
 /// low bit and constants, XORed).
 fn bit_form(f: &Form) -> bool {
     f.bits == 1 && f.terms.iter().all(|t| t.pmono.is_none())
+}
+
+/// Whether only [`bit_form`]s read the leaves ([`EvalPlan::packed_leaves`]).
+fn packed_leaves(p: &Program) -> bool {
+    let leaves = p.leaves.len() as u32;
+    p.exchanges.iter().all(|e| {
+        let forms = e.bits.iter().chain(e.beaver.iter().map(|(_, f)| f)).chain(e.outputs.iter());
+        forms
+            .filter(|f| !bit_form(f))
+            .all(|f| f.terms.iter().all(|t| !matches!(t.src, Src::Local(j) if j < leaves)))
+    })
+}
+
+/// Whether the first exchange opens only masked bits of packed leaves: each a [`bit_form`]
+/// whose locals are leaves. It is then computed and opened packed, a bit vector per element
+/// ([`CompiledGate::open_masked_bits`]).
+fn packed_first_exchange(p: &Program) -> bool {
+    let Some(ex) = p.exchanges.first() else { return false };
+    let leaves = p.leaves.len() as u32;
+    packed_leaves(p)
+        && !ex.bits.is_empty()
+        && ex.beaver.is_empty()
+        && ex.outputs.is_empty()
+        && ex
+            .bits
+            .iter()
+            .all(|f| bit_form(f) && f.terms.iter().all(|t| !matches!(t.src, Src::Local(j) if j >= leaves)))
+}
+
+/// A party's masks of the first exchange's masked bits, packed per element
+/// (`⌈bits / 64⌉` words each): bit `i` is the XOR of the low bits of bit form `i`'s words
+/// (a word's low bit is an XOR share of the mask it holds). Empty unless that exchange is
+/// opened packed ([`packed_first_exchange`]).
+fn masked_bit_masks(p: &Program, words: &[Vec<u64>], len: usize) -> Vec<u64> {
+    if !packed_first_exchange(p) {
+        return vec![];
+    }
+    let ex = &p.exchanges[0];
+    let zw = words_for(ex.bits.len());
+    let mut z = vec![0u64; len * zw];
+    for (i, f) in ex.bits.iter().enumerate() {
+        for t in f.terms.iter().filter(|t| t.coef & 1 == 1) {
+            if let Src::Word(j) = t.src {
+                for (zs, &v) in z.chunks_exact_mut(zw).zip(&words[j as usize][..len]) {
+                    zs[i / 64] ^= (v & 1) << (i % 64);
+                }
+            }
+        }
+    }
+    z
 }
 
 /// The leaves' terms on one dense run, a bit per leaf: the window's parity table (`LT` and
@@ -397,13 +451,7 @@ impl EvalPlan {
                     .collect()
             })
             .collect();
-        let leaves = p.leaves.len() as u32;
-        let packed_leaves = p.exchanges.iter().all(|e| {
-            let forms = e.bits.iter().chain(e.beaver.iter().map(|(_, f)| f)).chain(e.outputs.iter());
-            forms
-                .filter(|f| !bit_form(f))
-                .all(|f| f.terms.iter().all(|t| !matches!(t.src, Src::Local(j) if j < leaves)))
-        });
+        let packed_leaves = packed_leaves(p);
         EvalPlan { families, reversed, below, konst, lt_tables, eq_tables, run_tables, packed_leaves }
     }
 }
@@ -707,12 +755,13 @@ impl CompiledGate {
         let [d0, d1] = dcf_keys;
         let [b0, b1] = dcf_base;
         let widths: Vec<u32> = p.words.iter().map(|w| w.width).collect();
-        let key = |party, cmp, carries, words, table, dcf, dcf_base| CompiledKey {
+        let key = |party, cmp, carries, words: Vec<Vec<u64>>, table, dcf, dcf_base| CompiledKey {
             party,
             widths: widths.clone(),
             l,
             cmp,
             carries,
+            zbits: masked_bit_masks(p, &words, self.len),
             words,
             table,
             dcf,
@@ -1210,6 +1259,16 @@ impl CompiledGate {
             forms.extend(ex.beaver.iter().map(|(_, f)| f));
             forms.extend(ex.outputs.iter());
             // (Each form writes its column whole: no clearing.)
+            if t == 0 && !key.zbits.is_empty() {
+                // Masked bits only: computed, opened and unpacked as one bit vector per element.
+                let cur = at_least(&mut opened[0], forms.len() * len);
+                self.open_masked_bits(ctx, key, packed, cur).await?;
+                if matches!(p.lookup, LookupPlan::Table(_)) {
+                    bits.extend((0..ex.bits.len()).map(|j| cur[j * len..(j + 1) * len].to_vec()));
+                }
+                self.table_lookup(key, &xh, &bits, locals)?;
+                continue;
+            }
             let shares = at_least(shares, forms.len() * len);
             {
                 // The public variables known by now (an exchange's forms read only what
@@ -1250,6 +1309,63 @@ impl CompiledGate {
             }
         }
         Ok(outputs)
+    }
+
+    /// The first exchange when it opens only masked bits of packed leaves
+    /// ([`packed_first_exchange`]): per element, the bit vector `leaves ⊕ masks ⊕ constants`
+    /// (bit `i` for bit form `i`), opened in one message of as many bytes as the one-bit
+    /// columns took, then unpacked into `cur` (form `i`'s column at `i·len`). No share
+    /// column per bit, no encoding pass over them.
+    async fn open_masked_bits(
+        &self,
+        ctx: &Ctx,
+        key: &CompiledKey,
+        packed: &[u64],
+        cur: &mut [u64],
+    ) -> Result<(), GateError> {
+        let (p, len) = (&*self.program, self.len);
+        let ex = &p.exchanges[0];
+        let nb = ex.bits.len();
+        let (zw, lw) = (words_for(nb), words_for(p.leaves.len()).max(1));
+        let party0 = key.party == Party::P0;
+        let mut konst = vec![0u64; zw];
+        // Form i's leaves (odd coefficients); identity when form i reads leaf i alone.
+        let mut reads: Vec<Vec<usize>> = vec![vec![]; nb];
+        for (i, f) in ex.bits.iter().enumerate() {
+            for t in f.terms.iter().filter(|t| t.coef & 1 == 1) {
+                match t.src {
+                    Src::One if party0 => konst[i / 64] ^= 1 << (i % 64),
+                    Src::Local(j) => reads[i].push(j as usize),
+                    _ => {}
+                }
+            }
+        }
+        let identity = zw == lw && reads.iter().enumerate().all(|(i, r)| r.as_slice() == [i]);
+        let mut mine = vec![0u64; len * zw];
+        for ((m, z), acc) in
+            mine.chunks_exact_mut(zw).zip(key.zbits.chunks_exact(zw)).zip(packed.chunks_exact(lw))
+        {
+            for w in 0..zw {
+                m[w] = z[w] ^ konst[w];
+            }
+            if identity {
+                m.iter_mut().zip(acc).for_each(|(m, a)| *m ^= a);
+            } else {
+                for (i, r) in reads.iter().enumerate() {
+                    let bit = r.iter().fold(0u64, |b, &j| b ^ (acc[j / 64] >> (j % 64)));
+                    m[i / 64] ^= (bit & 1) << (i % 64);
+                }
+            }
+        }
+        let mut out = vec![0u64; len * zw];
+        ctx.open_packed_bits_into(&mine, nb as u32, &mut out).await?;
+        for i in 0..nb {
+            let (w, b) = (i / 64, i % 64);
+            for (c, o) in cur[i * len..(i + 1) * len].iter_mut().zip(out.chunks_exact(zw)) {
+                *c = (o[w] >> b) & 1;
+            }
+        }
+        Ok(())
     }
 
     /// A party's XOR shares of a masked bit ([`bit_form`]) for every element: one pass per
@@ -1632,7 +1748,8 @@ impl CompiledGate {
             let c = if p.cmp == CmpBackend::PerThreshold { count } else { 0 };
             carries.push(get_bits(r, c)?);
         }
-        let words = p.words.iter().map(|w| get_words(r, self.len, w.width)).collect::<Result<_, _>>()?;
+        let words: Vec<Vec<u64>> =
+            p.words.iter().map(|w| get_words(r, self.len, w.width)).collect::<Result<_, _>>()?;
         let table = match &p.lookup {
             LookupPlan::Table(t) => Some(fss::adpf::AdpfKeys::read_material(
                 table_params(t.domain_bits, self.l()),
@@ -1651,7 +1768,8 @@ impl CompiledGate {
             None => (None, vec![]),
         };
         let widths = p.words.iter().map(|w| w.width).collect();
-        Ok(CompiledKey { party, widths, l: self.l(), cmp, carries, words, table, dcf, dcf_base })
+        let zbits = masked_bit_masks(p, &words, self.len);
+        Ok(CompiledKey { party, widths, l: self.l(), cmp, carries, words, zbits, table, dcf, dcf_base })
     }
 }
 

@@ -201,6 +201,59 @@ impl Ctx {
         Ok(())
     }
 
+    /// Open XOR-shared bit vectors packed per element: element `e` holds `bits` bits in
+    /// `mine[e·w..(e + 1)·w]` (`w = ⌈bits / 64⌉`, bits above `bits` ignored); `out` gets the
+    /// XOR with the peer's, in the same layout. The message packs `bits` bits per element,
+    /// as many bytes as `bits` one-bit parts of [`Ctx::open_many_into`] (one round, shared
+    /// like any opening), without a column per bit on either side.
+    ///
+    /// # Errors
+    /// As [`Ctx::open_many_into`].
+    pub async fn open_packed_bits_into(
+        &self,
+        mine: &[u64],
+        bits: u32,
+        out: &mut [u64],
+    ) -> Result<(), GateError> {
+        let w = (bits as usize).div_ceil(64).max(1);
+        if out.len() != mine.len() || mine.len() % w != 0 {
+            return Err(GateError::Length {
+                what: "opened bit vectors",
+                expected: mine.len(),
+                actual: out.len(),
+            });
+        }
+        let count = mine.len() / w;
+        let widths: Vec<u32> = (0..w as u32).map(|i| (bits - 64 * i).min(64)).collect();
+        let id = {
+            let mut wr = BitWriter::with_prefix(Vec::with_capacity(packed_len(count, bits)));
+            for e in mine.chunks_exact(w) {
+                for (&x, &b) in e.iter().zip(&widths) {
+                    wr.put(x & mask(b), b);
+                }
+            }
+            let mut st = self.state.borrow_mut();
+            let id = st.next_id;
+            st.next_id += 1;
+            st.registered.push((id, wr.finish()));
+            id
+        };
+        let peer = Delivery { ctx: self, id }.await;
+        let expected = packed_len(count, bits);
+        if peer.len() != expected {
+            let round = self.stats().rounds;
+            return Err(GateError::PeerMessage { round, expected, actual: peer.len() });
+        }
+        let mut r = BitReader::new(&peer);
+        let short = || GateError::Desync("peer message too short");
+        for (o, m) in out.chunks_exact_mut(w).zip(mine.chunks_exact(w)) {
+            for ((o, &x), &b) in o.iter_mut().zip(m).zip(&widths) {
+                *o = (x ^ r.get(b).map_err(|_| short())?) & mask(b);
+            }
+        }
+        Ok(())
+    }
+
     /// The round's message: every opening registered since the last one.
     fn take_message(&self) -> Option<Vec<u8>> {
         let mut st = self.state.borrow_mut();
@@ -486,6 +539,34 @@ mod tests {
             run_pair(Session::new(&c0, parts(&c0, 3)), Session::new(&c1, parts(&c1, 0xffff))).unwrap();
         assert_eq!(r0, r1);
         assert_eq!(r0, vec![0, 0, 2]);
+    }
+
+    #[test]
+    fn packed_bits_open_to_their_xor() {
+        // 70 bits per element (two words), three elements; shares with junk above bit 70.
+        async fn open(ctx: &Ctx, mine: Vec<u64>) -> Result<Vec<u64>, GateError> {
+            let mut out = vec![0u64; mine.len()];
+            ctx.open_packed_bits_into(&mine, 70, &mut out).await?;
+            let err = ctx.open_packed_bits_into(&mine, 70, &mut [0u64; 2]).await;
+            assert!(matches!(err, Err(GateError::Length { .. })));
+            Ok(out)
+        }
+        let a = vec![u64::MAX, 0xffff_ff80, 5, 0x3f, 0, 1 << 9];
+        let b = vec![1, 0xffff_ff00 | 0x3f, 6, 0x40, 7, 0];
+        let (c0, c1) = (Ctx::new(Party::P0), Ctx::new(Party::P1));
+        let (r0, r1) =
+            run_pair(Session::new(&c0, open(&c0, a.clone())), Session::new(&c1, open(&c1, b.clone())))
+                .unwrap();
+        assert_eq!(r0, r1);
+        let want: Vec<u64> = a
+            .iter()
+            .zip(&b)
+            .enumerate()
+            .map(|(i, (x, y))| (x ^ y) & if i % 2 == 0 { u64::MAX } else { 0x3f })
+            .collect();
+        assert_eq!(r0, want);
+        // As many bytes as 70 one-bit parts.
+        assert_eq!(c0.stats().bytes_sent, packed_len(3, 70) as u64);
     }
 
     #[test]
