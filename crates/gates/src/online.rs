@@ -216,7 +216,7 @@ impl Ctx {
         out: &mut [u64],
     ) -> Result<(), GateError> {
         let w = (bits as usize).div_ceil(64).max(1);
-        if out.len() != mine.len() || mine.len() % w != 0 {
+        if out.len() != mine.len() || !mine.len().is_multiple_of(w) {
             return Err(GateError::Length {
                 what: "opened bit vectors",
                 expected: mine.len(),
