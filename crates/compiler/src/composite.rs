@@ -141,7 +141,8 @@ pub fn softmax(
 
 /// Rows of `2^GELU_ROW_BITS` ulps for the models' GeLU: error 7.7e-3, SIGMA's class (its
 /// 8-bit table: 7.6e-3). Rows of `2^6` halve the error (3.9e-3) but double the window
-/// (514 against 258 high positions, two more levels of subtree per element): 0.55 against
+/// (514 against 258 high positions: one more subtree level and a key one level longer
+/// per element): 0.55 against
 /// 0.46 µs per element at n = 37 (`fusefss bench ops --n 37 --ops gelu --rows 6|7 --split
 /// true`) and bert-tiny ~13 ms slower, for the same cosine against f64 (bert-tiny seq 128:
 /// 0.999955 with either; MiniLM seq 32: 0.999926 / 0.999927).

@@ -183,6 +183,8 @@ struct EvalPlan {
     /// Whether only masked-bit forms ([`bit_form`]) read the leaves: then the leaves stay
     /// packed (a bit per leaf) and are not stored as locals.
     packed_leaves: bool,
+    /// Whether the first exchange is opened packed ([`packed_first_exchange`]).
+    packed_first: bool,
 }
 
 /// Whether `f` is a one-bit form without public factors (a masked bit: a leaf, its mask's
@@ -451,8 +453,17 @@ impl EvalPlan {
                     .collect()
             })
             .collect();
-        let packed_leaves = packed_leaves(p);
-        EvalPlan { families, reversed, below, konst, lt_tables, eq_tables, run_tables, packed_leaves }
+        EvalPlan {
+            families,
+            reversed,
+            below,
+            konst,
+            lt_tables,
+            eq_tables,
+            run_tables,
+            packed_leaves: packed_leaves(p),
+            packed_first: packed_first_exchange(p),
+        }
     }
 }
 
@@ -829,7 +840,8 @@ impl CompiledGate {
         Ok((alphas, betas, base))
     }
 
-    /// Party `b`'s comparison: fills the leaves' XOR shares into `locals`.
+    /// Party `b`'s comparison: fills the leaves' XOR shares into `locals`, or packed into
+    /// `packed` ([`EvalPlan::packed_leaves`]).
     fn comparison(
         &self,
         key: &CompiledKey,
@@ -1259,7 +1271,7 @@ impl CompiledGate {
             forms.extend(ex.beaver.iter().map(|(_, f)| f));
             forms.extend(ex.outputs.iter());
             // (Each form writes its column whole: no clearing.)
-            if t == 0 && !key.zbits.is_empty() {
+            if t == 0 && self.plan.packed_first {
                 // Masked bits only: computed, opened and unpacked as one bit vector per element.
                 let cur = at_least(&mut opened[0], forms.len() * len);
                 self.open_masked_bits(ctx, key, packed, cur).await?;
@@ -1847,8 +1859,6 @@ mod tests {
         assert_eq!(rep.first_mismatch(), None);
     }
 
-    /// Thresholds dense just below `2^n` and just above 0 make one run that wraps past
-    /// `2^n − 1` (as a signed function's rows around 0 do): one window, exact on every input.
     /// An unsigned `n`-bit step function into 16 bits: `value(i)` on interval `i`.
     fn step_spec(name: &str, n: u32, boundaries: Vec<u64>, value: impl Fn(usize) -> i128) -> OperatorSpec {
         let pieces = (0..boundaries.len())
@@ -1869,6 +1879,8 @@ mod tests {
         }
     }
 
+    /// Thresholds dense just below `2^n` and just above 0 make one run that wraps past
+    /// `2^n − 1` (as a signed function's rows around 0 do): one window, exact on every input.
     #[test]
     fn a_run_across_the_top_of_the_ring_is_one_window() {
         let n = 13u32;

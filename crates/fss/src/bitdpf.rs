@@ -639,7 +639,7 @@ impl BitDpfKeys {
         mut end: Option<&mut [CmpShares]>,
     ) {
         let n = self.params.domain_bits;
-        // Each window's last point, and the node its walk resumes from (a lane of its own).
+        // Each window's last point.
         let last = |k: usize| starts[k0 + k].wrapping_add(width as u64 - 1) & mask(n);
         let words = width.div_ceil(64);
         let count = out.len() / words;
@@ -665,10 +665,7 @@ impl BitDpfKeys {
             return;
         }
         let levels = self.params.levels();
-        // A window of at most `2^d` blocks lies under two neighbouring nodes `d` levels up.
-        let block = 1usize << LEAF_BITS;
-        let span = (block - 1 + width).div_ceil(block);
-        let d = (usize::BITS - (span - 1).leading_zeros()).max(1);
+        let (_, d) = window_span(width);
         if d <= WINDOW_WHOLE_LEVELS && levels >= d + 2 {
             return self.window_whole(base, k0, starts, width, out, end, d);
         }
@@ -854,20 +851,12 @@ impl BitDpfKeys {
             }
             if let Some(e) = end {
                 // A key's last task ends at its window's last block.
-                let party = self.party.bit() as u64;
                 for (t, &(acc, prev)) in tasks.iter().zip(&ends) {
                     if t.at + (t.hi - t.lo) as usize + 1 != nblocks[t.key] {
                         continue;
                     }
                     let blk = blocks[block_at[t.key] + t.at + (t.hi - t.lo) as usize];
-                    let leaf = LaneLeaf {
-                        bl: blk as u64,
-                        bh: (blk >> 64) as u64,
-                        sel: prev.wrapping_neg(),
-                        flip: acc ^ party,
-                    };
-                    let (lt, eq) = leaf.answer((last(t.key) & 127) as u32);
-                    e[t.key] = CmpShares { lt: XorBit(lt), eq: XorBit(eq) };
+                    e[t.key] = self.finish(last(t.key), blk, prev, acc as u8);
                 }
             }
             for k in 0..count {
@@ -948,7 +937,7 @@ impl BitDpfKeys {
         let words = width.div_ceil(64);
         let count = out.len() / words;
         let starts = &starts[k0..k0 + count];
-        let span = ((1usize << LEAF_BITS) - 1 + width).div_ceil(1 << LEAF_BITS);
+        let (span, _) = window_span(width);
         let slots = |j: u32| ((span - 1) >> (d - j)) + 2;
         // Leaf blocks are numbered from the first path's subtree on (the second's follow):
         // a window covers blocks `rel..=end` of that numbering.
@@ -1067,7 +1056,6 @@ impl BitDpfKeys {
             // Each key's window: its blocks from the first one on. The last level's children
             // start at the first block's sibling pair.
             let per = 2 * slots(d - 1);
-            let party = self.party.bit() as u64;
             let mut end = end;
             for k in 0..count {
                 let first = k * per + (rel[k] & 1) as usize;
@@ -1077,15 +1065,7 @@ impl BitDpfKeys {
                 put_window(&mut out[k * words..(k + 1) * words], own, off, width, halves);
                 if let Some(e) = end.as_deref_mut() {
                     let (acc, prev) = ends[k];
-                    let blk = own[nb - 1];
-                    let leaf = LaneLeaf {
-                        bl: blk as u64,
-                        bh: (blk >> 64) as u64,
-                        sel: prev.wrapping_neg(),
-                        flip: acc ^ party,
-                    };
-                    let (lt, eq) = leaf.answer((last[k] & 127) as u32);
-                    e[k] = CmpShares { lt: XorBit(lt), eq: XorBit(eq) };
+                    e[k] = self.finish(last[k], own[nb - 1], prev, acc as u8);
                 }
             }
         });
@@ -1537,6 +1517,14 @@ struct WindowScratch {
 /// with a fixed number of nodes per level ([`BitDpfKeys::window_whole`]); wider ones with
 /// the nodes each needs. (At 6, 4,000-wide windows were 7 % slower than the general code.)
 const WINDOW_WHOLE_LEVELS: u32 = 5;
+
+/// The most leaf blocks a window of `width` positions touches (`span`), and the depth `d`
+/// (at least 1) of the nodes of which two neighbours hold any such window (`2^d ≥ span`).
+fn window_span(width: usize) -> (usize, u32) {
+    let block = 1usize << LEAF_BITS;
+    let span = (block - 1 + width).div_ceil(block);
+    (span, (usize::BITS - (span - 1).leading_zeros()).max(1))
+}
 
 /// Window bits `0..width` of a key into `o`: bit `u` is bit `u + off` of `blocks` (the key's
 /// blocks from the window's first on), and the bits past the window are cleared.
