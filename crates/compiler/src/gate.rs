@@ -1227,7 +1227,7 @@ impl CompiledGate {
         let xh: Vec<u64> = xh.iter().map(|&x| x & mask(n)).collect();
         // Local-major (`locals[j·len + e]`, `pv[s·len + e]`): each form reads whole columns.
         let nl = p.locals as usize;
-        let RunScratch { locals, packed, pv, shares, opened } = sc;
+        let RunScratch { locals, packed, pv, shares, opened, open_bits } = sc;
         // (Every local is written before it is read: the comparison writes each leaf's column
         // whole, a lookup each of its outputs' columns. No clearing.)
         let locals = at_least(locals, len * nl);
@@ -1272,11 +1272,15 @@ impl CompiledGate {
             forms.extend(ex.outputs.iter());
             // (Each form writes its column whole: no clearing.)
             if t == 0 && self.plan.packed_first {
-                // Masked bits only: computed, opened and unpacked as one bit vector per element.
-                let cur = at_least(&mut opened[0], forms.len() * len);
-                self.open_masked_bits(ctx, key, packed, cur).await?;
+                // Masked bits only: computed and opened as one bit vector per element, and
+                // read packed by the later forms (unpacked only for a table lookup).
+                let ob = at_least(open_bits, len * words_for(ex.bits.len()));
+                self.open_masked_bits(ctx, key, packed, ob).await?;
                 if matches!(p.lookup, LookupPlan::Table(_)) {
-                    bits.extend((0..ex.bits.len()).map(|j| cur[j * len..(j + 1) * len].to_vec()));
+                    let zw = words_for(ex.bits.len());
+                    bits.extend((0..ex.bits.len()).map(|j| {
+                        ob.chunks_exact(zw).map(|o| (o[j / 64] >> (j % 64)) & 1).collect::<Vec<u64>>()
+                    }));
                 }
                 self.table_lookup(key, &xh, &bits, locals)?;
                 continue;
@@ -1286,11 +1290,15 @@ impl CompiledGate {
                 // The public variables known by now (an exchange's forms read only what
                 // earlier exchanges opened; the others stay empty).
                 let done = &opened[..t];
-                let cols: Vec<&[u64]> = (0..p.pvars.len())
+                let zw = words_for(p.exchanges[0].bits.len());
+                let cols: Vec<PvCol<'_>> = (0..p.pvars.len())
                     .map(|s| match at[s] {
-                        _ if is_static[s] => &pv[s * len..(s + 1) * len],
-                        Some((t2, i)) if t2 < t => &done[t2][i * len..(i + 1) * len],
-                        _ => &[][..],
+                        _ if is_static[s] => PvCol::Col(&pv[s * len..(s + 1) * len]),
+                        Some((0, i)) if t > 0 && self.plan.packed_first => {
+                            PvCol::Bit { words: &open_bits[..len * zw], zw, w: i / 64, b: (i % 64) as u32 }
+                        }
+                        Some((t2, i)) if t2 < t => PvCol::Col(&done[t2][i * len..(i + 1) * len]),
+                        _ => PvCol::None,
                     })
                     .collect();
                 for (i, f) in forms.iter().enumerate() {
@@ -1326,14 +1334,14 @@ impl CompiledGate {
     /// The first exchange when it opens only masked bits of packed leaves
     /// ([`packed_first_exchange`]): per element, the bit vector `leaves ⊕ masks ⊕ constants`
     /// (bit `i` for bit form `i`), opened in one message of as many bytes as the one-bit
-    /// columns took, then unpacked into `cur` (form `i`'s column at `i·len`). No share
-    /// column per bit, no encoding pass over them.
+    /// columns took, into `out` (`words_for(bits)` words per element). No share column per
+    /// bit, no encoding pass over them.
     async fn open_masked_bits(
         &self,
         ctx: &Ctx,
         key: &CompiledKey,
         packed: &[u64],
-        cur: &mut [u64],
+        out: &mut [u64],
     ) -> Result<(), GateError> {
         let (p, len) = (&*self.program, self.len);
         let ex = &p.exchanges[0];
@@ -1369,14 +1377,7 @@ impl CompiledGate {
                 }
             }
         }
-        let mut out = vec![0u64; len * zw];
-        ctx.open_packed_bits_into(&mine, nb as u32, &mut out).await?;
-        for i in 0..nb {
-            let (w, b) = (i / 64, i % 64);
-            for (c, o) in cur[i * len..(i + 1) * len].iter_mut().zip(out.chunks_exact(zw)) {
-                *c = (o[w] >> b) & 1;
-            }
-        }
+        ctx.open_packed_bits_into(&mine, nb as u32, &mut out[..len * zw]).await?;
         Ok(())
     }
 
@@ -1413,7 +1414,7 @@ impl CompiledGate {
     /// Term by term over blocks of elements: each public monomial the form uses is computed
     /// once per element of the block, and each term is one multiply-add per element over
     /// contiguous columns (a Φ of a split view has hundreds of terms).
-    fn eval_form(&self, f: &Form, key: &CompiledKey, locals: &[u64], pv: &[&[u64]], out: &mut [u64]) {
+    fn eval_form(&self, f: &Form, key: &CompiledKey, locals: &[u64], pv: &[PvCol<'_>], out: &mut [u64]) {
         const BLOCK: usize = 512;
         let p = &*self.program;
         let nl = p.locals as usize;
@@ -1442,6 +1443,28 @@ impl CompiledGate {
                 lused.push(j as usize);
             }
         }
+        // Each used monomial's factors; the packed opening they read, if any.
+        let mut packed_bits: Option<(&[u64], usize)> = None;
+        let factors: Vec<MonoFactors<'_>> = used
+            .iter()
+            .map(|&i| {
+                let (mut bits, mut cols) = (Vec::<(usize, u64)>::new(), vec![]);
+                for &(s, x) in &p.pmonos[i] {
+                    match pv[s as usize] {
+                        PvCol::Bit { words, zw, w, b } => {
+                            packed_bits = Some((words, zw));
+                            match bits.iter_mut().find(|(w2, _)| *w2 == w) {
+                                Some((_, m)) => *m |= 1 << b,
+                                None => bits.push((w, 1 << b)),
+                            }
+                        }
+                        PvCol::Col(c) => cols.push((c, x)),
+                        PvCol::None => unreachable!("a form reads only public variables opened before it"),
+                    }
+                }
+                MonoFactors { bits, cols }
+            })
+            .collect();
         let one = if f.bits == 1 { 1 } else { u64::MAX };
         let mut cols = vec![0u64; used.len() * BLOCK];
         let mut lcols = vec![0u64; lused.len() * BLOCK];
@@ -1457,11 +1480,22 @@ impl CompiledGate {
         for e0 in (0..self.len).step_by(BLOCK) {
             let e1 = (e0 + BLOCK).min(self.len);
             let w = e1 - e0;
-            for (c, &i) in used.iter().enumerate() {
+            for (c, MonoFactors { bits, cols: factors }) in factors.iter().enumerate() {
                 let col = &mut cols[c * BLOCK..c * BLOCK + w];
-                col.fill(1);
-                for &(s, x) in &p.pmonos[i] {
-                    let src = &pv[s as usize][e0..e1];
+                match (bits.as_slice(), packed_bits) {
+                    ([], _) | (_, None) => col.fill(1),
+                    (&[(wi, m)], Some((words, zw))) => {
+                        let src = words[e0 * zw..e1 * zw].iter().skip(wi).step_by(zw);
+                        col.iter_mut().zip(src).for_each(|(v, &o)| *v = (o & m == m) as u64);
+                    }
+                    (_, Some((words, zw))) => {
+                        for (v, o) in col.iter_mut().zip(words[e0 * zw..e1 * zw].chunks_exact(zw)) {
+                            *v = bits.iter().all(|&(wi, m)| o[wi] & m == m) as u64;
+                        }
+                    }
+                }
+                for &(src, x) in factors {
+                    let src = &src[e0..e1];
                     if x == 1 {
                         col.iter_mut().zip(src).for_each(|(v, &p)| *v = v.wrapping_mul(p));
                     } else {
@@ -1583,10 +1617,32 @@ struct RunScratch {
     shares: Vec<u64>,
     /// Per exchange.
     opened: Vec<Vec<u64>>,
+    /// The first exchange's opened bits, packed ([`EvalPlan::packed_first`]).
+    open_bits: Vec<u64>,
 }
 
 thread_local! {
     static RUN_SCRATCH: std::cell::RefCell<Vec<RunScratch>> = std::cell::RefCell::default();
+}
+
+/// Where a form reads a public variable from, element by element.
+#[derive(Clone, Copy)]
+enum PvCol<'a> {
+    /// Not known yet (opened by a later exchange).
+    None,
+    /// A column of values.
+    Col(&'a [u64]),
+    /// A bit of the first exchange's packed opening: bit `b` of word `w` of each element's
+    /// `zw` words.
+    Bit { words: &'a [u64], zw: usize, w: usize, b: u32 },
+}
+
+/// A public monomial's factors in [`CompiledGate::eval_form`]: opened bits read packed, as
+/// `(word, mask)` pairs whose AND must be all ones (a bit's powers are the bit), and columns
+/// with their powers.
+struct MonoFactors<'a> {
+    bits: Vec<(usize, u64)>,
+    cols: Vec<(&'a [u64], u8)>,
 }
 
 /// The first `len` words of `v`, grown (never shrunk) to hold them: a gate's buffers are
