@@ -288,16 +288,19 @@ pub fn run_linked(
     let [mut t0, mut t1] = connect(link)?;
     let [mut k0, mut k1] = keys;
     let [x0, x1] = inputs;
-    let exchange = |t: &mut Box<dyn net::Transport>, m: Vec<u8>| {
-        t.exchange(&m).map_err(|e| gates::GateError::Transport(e.to_string()))
+    let exchange = |t: &mut Box<dyn net::Transport>, m: Vec<u8>, idle: &mut dyn FnMut()| {
+        let err = |e: net::NetError| gates::GateError::Transport(e.to_string());
+        t.send(&m).map_err(err)?;
+        idle();
+        t.recv().map_err(err)
     };
     let (r0, r1) = std::thread::scope(|s| {
         // Both servers share this machine: one core each.
         let h0 = s.spawn(|| {
-            engine::on_own_core(|| engine::run_party(g, gates, &mut k0, &x0, |m| exchange(&mut t0, m)))
+            engine::on_own_core(|| engine::run_party(g, gates, &mut k0, &x0, |m, i| exchange(&mut t0, m, i)))
         });
         let h1 = s.spawn(|| {
-            engine::on_own_core(|| engine::run_party(g, gates, &mut k1, &x1, |m| exchange(&mut t1, m)))
+            engine::on_own_core(|| engine::run_party(g, gates, &mut k1, &x1, |m, i| exchange(&mut t1, m, i)))
         });
         (h0.join(), h1.join())
     });

@@ -292,7 +292,10 @@ pub async fn online(
         let out = match &gates[i] {
             Some(gate) => {
                 let key = keys.gate_key(i, gate.as_ref())?;
-                gate.eval(ctx, key.as_ref(), ins).await?
+                let out = gate.eval(ctx, key.as_ref(), ins).await?;
+                // Wiped while the next exchange is in flight (see `Ctx::retire`).
+                ctx.retire(key);
+                out
             }
             None => local(&node.op, node.shape, &ins, n, true),
         };

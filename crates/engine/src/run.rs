@@ -24,8 +24,9 @@ pub struct PartyRun {
     pub wall: Duration,
 }
 
-/// Run one server's online phase: `exchange` sends this round's message to the peer and
-/// returns the peer's message of the same round (the only place that touches the link).
+/// Run one server's online phase: `exchange(msg, idle)` sends this round's message to the
+/// peer, calls `idle` (which drops the keys spent so far, [`Ctx::retire`]), then returns the
+/// peer's message of the same round (the only place that touches the link).
 ///
 /// # Errors
 /// A gate's error, a key source's error, or the error `exchange` returns.
@@ -34,7 +35,7 @@ pub fn run_party(
     gates: &[Option<Box<dyn DynGate>>],
     keys: &mut dyn KeySource,
     x_share: &[u64],
-    mut exchange: impl FnMut(Vec<u8>) -> Result<Vec<u8>, GateError>,
+    mut exchange: impl FnMut(Vec<u8>, &mut dyn FnMut()) -> Result<Vec<u8>, GateError>,
 ) -> Result<PartyRun, GateError> {
     let ctx = Ctx::new(keys.party());
     let t = Instant::now();
@@ -42,7 +43,7 @@ pub fn run_party(
     let output = loop {
         match s.advance() {
             Progress::Send(msg) => {
-                let peer = exchange(msg)?;
+                let peer = exchange(msg, &mut || ctx.drop_spent())?;
                 s.deliver(&peer)?;
             }
             Progress::Done(r) => break r?,
@@ -90,8 +91,9 @@ pub fn run_threads(
     let [mut k0, mut k1] = keys;
     let [x0, x1] = inputs;
     let link = |tx: mpsc::Sender<Vec<u8>>, rx: mpsc::Receiver<Vec<u8>>| {
-        move |msg| {
+        move |msg, idle: &mut dyn FnMut()| {
             tx.send(msg).map_err(|_| GateError::Desync("the peer stopped"))?;
+            idle();
             rx.recv().map_err(|_| GateError::Desync("the peer stopped"))
         }
     };

@@ -57,8 +57,9 @@ fn run(
     let (tx0, rx1) = mpsc::channel::<Vec<u8>>();
     let (tx1, rx0) = mpsc::channel::<Vec<u8>>();
     let link = |tx: mpsc::Sender<Vec<u8>>, rx: mpsc::Receiver<Vec<u8>>| {
-        move |m| {
+        move |m, idle: &mut dyn FnMut()| {
             tx.send(m).map_err(|_| GateError::Desync("peer gone"))?;
+            idle();
             rx.recv().map_err(|_| GateError::Desync("peer gone"))
         }
     };

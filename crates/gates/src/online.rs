@@ -49,6 +49,8 @@ pub struct Ctx {
     party: Party,
     state: RefCell<State>,
     timing: RefCell<Timing>,
+    /// Spent keys, wiped while the peer's next message is on its way ([`Ctx::retire`]).
+    spent: RefCell<Vec<Box<dyn std::any::Any + Send>>>,
 }
 
 /// Computation time by label: the driver times each poll, and [`Ctx::set_label`] splits it
@@ -93,7 +95,21 @@ impl std::fmt::Debug for Ctx {
 impl Ctx {
     /// A fresh context for `party`.
     pub fn new(party: Party) -> Ctx {
-        Ctx { party, state: RefCell::default(), timing: RefCell::default() }
+        Ctx { party, state: RefCell::default(), timing: RefCell::default(), spent: RefCell::default() }
+    }
+
+    /// Hand over a key that will not be used again: it is dropped (and so wiped) by the next
+    /// [`Ctx::drop_spent`], which a driver calls after sending a round's message and before
+    /// waiting for the peer's, or when the context is dropped. Wiping hundreds of MB of keys
+    /// then overlaps the wait instead of adding to the computation.
+    pub fn retire(&self, key: Box<dyn std::any::Any + Send>) {
+        self.spent.borrow_mut().push(key);
+    }
+
+    /// Drop the keys handed to [`Ctx::retire`] so far.
+    pub fn drop_spent(&self) {
+        let spent = std::mem::take(&mut *self.spent.borrow_mut());
+        drop(spent);
     }
 
     /// Charge computation from now on to `label` (a layer type, say) instead of the previous
@@ -465,6 +481,30 @@ pub fn run_pair<'a, T>(mut p0: Session<'a, T>, mut p1: Session<'a, T>) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A retired key is dropped by `drop_spent`, not before; one still held is dropped with
+    /// the context.
+    #[test]
+    fn retired_keys_drop_when_asked_or_with_the_context() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        struct Key(Arc<AtomicUsize>);
+        impl Drop for Key {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let ctx = Ctx::new(Party::P0);
+        ctx.retire(Box::new(Key(dropped.clone())));
+        ctx.retire(Box::new(Key(dropped.clone())));
+        assert_eq!(dropped.load(Ordering::SeqCst), 0);
+        ctx.drop_spent();
+        assert_eq!(dropped.load(Ordering::SeqCst), 2);
+        ctx.retire(Box::new(Key(dropped.clone())));
+        drop(ctx);
+        assert_eq!(dropped.load(Ordering::SeqCst), 3);
+    }
 
     async fn two_rounds(ctx: &Ctx, a: u64, b: u64) -> Result<(u64, u64), GateError> {
         let x = ctx.open(&[a], 8).await?[0];

@@ -363,7 +363,11 @@ impl Server {
         id: BundleId,
     ) -> Result<Answer, String> {
         let peer = self.peer.as_mut().expect("linked");
-        let r = run_party(&prog.g, &prog.gates, keys, share, |m| peer.exchange(&m).map_err(transport));
+        let r = run_party(&prog.g, &prog.gates, keys, share, |m, idle| {
+            peer.send(&m).map_err(transport)?;
+            idle();
+            peer.recv().map_err(transport)
+        });
         match r {
             Ok(run) => {
                 self.store.discard(&id);
