@@ -289,10 +289,7 @@ pub fn run_linked(
     let [mut k0, mut k1] = keys;
     let [x0, x1] = inputs;
     let exchange = |t: &mut Box<dyn net::Transport>, m: Vec<u8>, idle: &mut dyn FnMut()| {
-        let err = |e: net::NetError| gates::GateError::Transport(e.to_string());
-        t.send(&m).map_err(err)?;
-        idle();
-        t.recv().map_err(err)
+        t.exchange_idle(&m, idle).map_err(|e| gates::GateError::Transport(e.to_string()))
     };
     let (r0, r1) = std::thread::scope(|s| {
         // Both servers share this machine: one core each.

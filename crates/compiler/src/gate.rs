@@ -223,9 +223,9 @@ fn packed_first_exchange(p: &Program) -> bool {
 /// A party's masks of the first exchange's masked bits, packed per element
 /// (`⌈bits / 64⌉` words each): bit `i` is the XOR of the low bits of bit form `i`'s words
 /// (a word's low bit is an XOR share of the mask it holds). Empty unless that exchange is
-/// opened packed ([`packed_first_exchange`]).
-fn masked_bit_masks(p: &Program, words: &[Vec<u64>], len: usize) -> Vec<u64> {
-    if !packed_first_exchange(p) {
+/// opened packed (`packed_first`: the plan's [`packed_first_exchange`]).
+fn masked_bit_masks(p: &Program, packed_first: bool, words: &[Vec<u64>], len: usize) -> Vec<u64> {
+    if !packed_first {
         return vec![];
     }
     let ex = &p.exchanges[0];
@@ -772,7 +772,7 @@ impl CompiledGate {
             l,
             cmp,
             carries,
-            zbits: masked_bit_masks(p, &words, self.len),
+            zbits: masked_bit_masks(p, self.plan.packed_first, &words, self.len),
             words,
             table,
             dcf,
@@ -1836,7 +1836,7 @@ impl CompiledGate {
             None => (None, vec![]),
         };
         let widths = p.words.iter().map(|w| w.width).collect();
-        let zbits = masked_bit_masks(p, &words, self.len);
+        let zbits = masked_bit_masks(p, self.plan.packed_first, &words, self.len);
         Ok(CompiledKey { party, widths, l: self.l(), cmp, carries, words, zbits, table, dcf, dcf_base })
     }
 }

@@ -47,7 +47,17 @@ pub trait Transport: Send {
     /// # Errors
     /// As [`Transport::send`] and [`Transport::recv`].
     fn exchange(&mut self, msg: &[u8]) -> Result<Vec<u8>, NetError> {
+        self.exchange_idle(msg, &mut || {})
+    }
+
+    /// One round with work in the gap: send `msg`, run `idle` (a server drops its spent
+    /// keys there) while the peer's message is on its way, then receive it.
+    ///
+    /// # Errors
+    /// As [`Transport::send`] and [`Transport::recv`].
+    fn exchange_idle(&mut self, msg: &[u8], idle: &mut dyn FnMut()) -> Result<Vec<u8>, NetError> {
         self.send(msg)?;
+        idle();
         self.recv()
     }
 }

@@ -364,9 +364,7 @@ impl Server {
     ) -> Result<Answer, String> {
         let peer = self.peer.as_mut().expect("linked");
         let r = run_party(&prog.g, &prog.gates, keys, share, |m, idle| {
-            peer.send(&m).map_err(transport)?;
-            idle();
-            peer.recv().map_err(transport)
+            peer.exchange_idle(&m, idle).map_err(transport)
         });
         match r {
             Ok(run) => {
