@@ -1516,6 +1516,23 @@ impl CompiledGate {
             // Terms by public monomial: `Σ_t c_t·pm·v_t = pm·Σ_t c_t·v_t`, one product per
             // term and one per monomial instead of two per term.
             for (pmono, group) in &groups {
+                // A monomial with one dealer word and constants (the usual case: the compiler
+                // folds a monomial's dealer terms into one word): one fused pass.
+                let konst = group
+                    .iter()
+                    .filter(|&&ti| party0 && f.terms[ti].src == Src::One)
+                    .fold(0u64, |k, &ti| k.wrapping_add(f.terms[ti].coef));
+                let mut words = group.iter().filter(|&&ti| f.terms[ti].src != Src::One);
+                if let (Some(i), Some(&ti), None) = (pmono, words.next(), words.next())
+                    && let Src::Word(j) = f.terms[ti].src
+                {
+                    let (c, col) = (f.terms[ti].coef, &cols[slot[*i as usize] * BLOCK..][..w]);
+                    let v = &key.words[j as usize][e0..e1];
+                    for ((a, &v), &pm) in acc.iter_mut().zip(v).zip(col) {
+                        *a = a.wrapping_add(pm.wrapping_mul(c.wrapping_mul(v).wrapping_add(konst)));
+                    }
+                    continue;
+                }
                 let sum: &mut [u64] = match pmono {
                     None => &mut *acc,
                     Some(_) => {
