@@ -1524,13 +1524,21 @@ impl Builder {
                 }
             }
         }
+        self.keep_words(exchanges, |i, w| {
+            if read[i] && w.out_mask.is_none() {
+                w.width = width[i];
+            }
+            read[i]
+        });
+    }
+
+    /// Keep the words for which `keep(index, word)` holds (it may also adjust the word) and
+    /// renumber the forms' references to them.
+    fn keep_words(&mut self, exchanges: &mut [Exchange], mut keep: impl FnMut(usize, &mut WordDef) -> bool) {
         let mut new_id = vec![u32::MAX; self.words.len()];
         let mut kept = vec![];
         for (i, mut w) in std::mem::take(&mut self.words).into_iter().enumerate() {
-            if read[i] {
-                if w.out_mask.is_none() {
-                    w.width = width[i];
-                }
+            if keep(i, &mut w) {
                 new_id[i] = kept.len() as u32;
                 kept.push(w);
             }
@@ -1588,26 +1596,7 @@ impl Builder {
         if !drop.contains(&true) {
             return;
         }
-        let mut new_id = vec![u32::MAX; self.words.len()];
-        let mut kept = vec![];
-        for (i, w) in std::mem::take(&mut self.words).into_iter().enumerate() {
-            if !drop[i] {
-                new_id[i] = kept.len() as u32;
-                kept.push(w);
-            }
-        }
-        self.words = kept;
-        for e in exchanges.iter_mut() {
-            let forms =
-                e.bits.iter_mut().chain(e.beaver.iter_mut().map(|(_, f)| f)).chain(e.outputs.iter_mut());
-            for f in forms {
-                for t in f.terms.iter_mut() {
-                    if let Src::Word(id) = &mut t.src {
-                        *id = new_id[*id as usize];
-                    }
-                }
-            }
-        }
+        self.keep_words(exchanges, |i, _| !drop[i]);
     }
 
     /// The form of `s`; dealer terms with a constant public factor go into one word per form
