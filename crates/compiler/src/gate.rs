@@ -16,7 +16,9 @@ use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use crate::parity::{ParityTable, words_for};
 use crate::predicate::{Family, LinBit, Term};
-use crate::program::{CmpBackend, Form, LookupPlan, Program, Src, TablePlan, shift_poly, table_params};
+use crate::program::{
+    CmpBackend, FTerm, Form, LookupPlan, Program, Src, TablePlan, shift_poly, table_params,
+};
 use crate::spec::{BoolExpr, Kind, SpecError, word};
 use crate::sym::{PVar, SVar};
 
@@ -197,8 +199,7 @@ fn bit_form(f: &Form) -> bool {
 fn packed_leaves(p: &Program) -> bool {
     let leaves = p.leaves.len() as u32;
     p.exchanges.iter().all(|e| {
-        let forms = e.bits.iter().chain(e.beaver.iter().map(|(_, f)| f)).chain(e.outputs.iter());
-        forms
+        e.forms()
             .filter(|f| !bit_form(f))
             .all(|f| f.terms.iter().all(|t| !matches!(t.src, Src::Local(j) if j < leaves)))
     })
@@ -1267,9 +1268,7 @@ impl CompiledGate {
         let mut outputs = vec![];
         let mut bits = vec![];
         for (t, ex) in p.exchanges.iter().enumerate() {
-            let mut forms: Vec<&Form> = ex.bits.iter().collect();
-            forms.extend(ex.beaver.iter().map(|(_, f)| f));
-            forms.extend(ex.outputs.iter());
+            let forms: Vec<&Form> = ex.forms().collect();
             // (Each form writes its column whole: no clearing.)
             if t == 0 && self.plan.packed_first {
                 // Masked bits only: computed and opened as one bit vector per element, and
@@ -1477,6 +1476,25 @@ impl CompiledGate {
                 None => groups.push((t.pmono, vec![ti])),
             }
         }
+        // A monomial with one dealer word and constants (the usual case: the compiler folds a
+        // monomial's dealer terms into one word) takes one fused pass: its column slot, the
+        // word's coefficient and index, and the constants (party 0's).
+        let fused: Vec<Option<(usize, u64, usize, u64)>> = groups
+            .iter()
+            .map(|(pmono, group)| {
+                let konst = group
+                    .iter()
+                    .filter(|&&ti| party0 && f.terms[ti].src == Src::One)
+                    .fold(0u64, |k, &ti| k.wrapping_add(f.terms[ti].coef));
+                let mut rest = group.iter().map(|&ti| &f.terms[ti]).filter(|t| t.src != Src::One);
+                match (pmono, rest.next(), rest.next()) {
+                    (Some(i), Some(&FTerm { coef, src: Src::Word(j), .. }), None) => {
+                        Some((slot[*i as usize], coef, j as usize, konst))
+                    }
+                    _ => None,
+                }
+            })
+            .collect();
         for e0 in (0..self.len).step_by(BLOCK) {
             let e1 = (e0 + BLOCK).min(self.len);
             let w = e1 - e0;
@@ -1515,19 +1533,9 @@ impl CompiledGate {
             acc.fill(0);
             // Terms by public monomial: `Σ_t c_t·pm·v_t = pm·Σ_t c_t·v_t`, one product per
             // term and one per monomial instead of two per term.
-            for (pmono, group) in &groups {
-                // A monomial with one dealer word and constants (the usual case: the compiler
-                // folds a monomial's dealer terms into one word): one fused pass.
-                let konst = group
-                    .iter()
-                    .filter(|&&ti| party0 && f.terms[ti].src == Src::One)
-                    .fold(0u64, |k, &ti| k.wrapping_add(f.terms[ti].coef));
-                let mut words = group.iter().filter(|&&ti| f.terms[ti].src != Src::One);
-                if let (Some(i), Some(&ti), None) = (pmono, words.next(), words.next())
-                    && let Src::Word(j) = f.terms[ti].src
-                {
-                    let (c, col) = (f.terms[ti].coef, &cols[slot[*i as usize] * BLOCK..][..w]);
-                    let v = &key.words[j as usize][e0..e1];
+            for ((pmono, group), fused) in groups.iter().zip(&fused) {
+                if let &Some((sl, c, j, konst)) = fused {
+                    let (col, v) = (&cols[sl * BLOCK..][..w], &key.words[j][e0..e1]);
                     for ((a, &v), &pm) in acc.iter_mut().zip(v).zip(col) {
                         *a = a.wrapping_add(pm.wrapping_mul(c.wrapping_mul(v).wrapping_add(konst)));
                     }

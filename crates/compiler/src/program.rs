@@ -124,6 +124,18 @@ pub struct Exchange {
     pub outputs: Vec<Form>,
 }
 
+impl Exchange {
+    /// Its forms in the order they are opened: masked bits, Beaver differences, outputs.
+    pub fn forms(&self) -> impl Iterator<Item = &Form> {
+        self.bits.iter().chain(self.beaver.iter().map(|(_, f)| f)).chain(self.outputs.iter())
+    }
+
+    /// [`Exchange::forms`], mutably.
+    pub fn forms_mut(&mut self) -> impl Iterator<Item = &mut Form> {
+        self.bits.iter_mut().chain(self.beaver.iter_mut().map(|(_, f)| f)).chain(self.outputs.iter_mut())
+    }
+}
+
 /// A lookup table read through an arithmetic DPF.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TablePlan {
@@ -292,15 +304,7 @@ impl Program {
     pub fn cost(&self) -> Cost {
         let cmp: u64 = self.families.iter().map(|f| self.family_key_bits(f)).sum();
         let words: u64 = self.words.iter().map(|w| w.width as u64).sum();
-        let sent = self
-            .exchanges
-            .iter()
-            .map(|e| {
-                e.bits.len() as u64
-                    + e.beaver.iter().map(|(_, f)| f.bits as u64).sum::<u64>()
-                    + e.outputs.iter().map(|f| f.bits as u64).sum::<u64>()
-            })
-            .sum();
+        let sent = self.exchanges.iter().flat_map(Exchange::forms).map(|f| f.bits as u64).sum();
         Cost {
             key_bits: cmp + words + self.lookup_key_bits(),
             sent_bits: sent,
@@ -1458,9 +1462,7 @@ impl Builder {
     /// term (GeLU's output form: 163 → 72 terms). Words no form reads any more leave the
     /// key, and every word's width is recomputed from the uses left.
     fn combine_by_pmono(&mut self, exchanges: &mut [Exchange]) {
-        for f in
-            exchanges.iter_mut().flat_map(|e| e.beaver.iter_mut().map(|(_, f)| f).chain(e.outputs.iter_mut()))
-        {
+        for f in exchanges.iter_mut().flat_map(Exchange::forms_mut) {
             if f.bits == 1 {
                 continue;
             }
@@ -1514,8 +1516,7 @@ impl Builder {
         let mut width = vec![0u32; self.words.len()];
         let mut read = vec![false; self.words.len()];
         for e in exchanges.iter() {
-            let forms = e.bits.iter().chain(e.beaver.iter().map(|(_, f)| f)).chain(e.outputs.iter());
-            for f in forms {
+            for f in e.forms() {
                 for t in &f.terms {
                     if let Src::Word(id) = t.src {
                         read[id as usize] = true;
@@ -1546,9 +1547,7 @@ impl Builder {
         self.words = kept;
         self.word_ids.clear();
         for e in exchanges.iter_mut() {
-            let forms =
-                e.bits.iter_mut().chain(e.beaver.iter_mut().map(|(_, f)| f)).chain(e.outputs.iter_mut());
-            for f in forms {
+            for f in e.forms_mut() {
                 for t in f.terms.iter_mut() {
                     if let Src::Word(id) = &mut t.src {
                         *id = new_id[*id as usize];
@@ -1565,8 +1564,7 @@ impl Builder {
     fn share_mask_bits(&mut self, exchanges: &mut [Exchange]) {
         let mut reads = vec![0usize; self.words.len()];
         for e in exchanges.iter() {
-            let forms = e.bits.iter().chain(e.beaver.iter().map(|(_, f)| f)).chain(e.outputs.iter());
-            for t in forms.flat_map(|f| f.terms.iter()) {
+            for t in e.forms().flat_map(|f| f.terms.iter()) {
                 if let Src::Word(id) = t.src {
                     reads[id as usize] += 1;
                 }
@@ -1656,8 +1654,7 @@ mod tests {
             let p = compile(spec, CompileOptions { split: Some(true), ..CompileOptions::default() }).unwrap();
             let mut need = vec![0u32; p.words.len()];
             for e in &p.exchanges {
-                let forms = e.bits.iter().chain(e.beaver.iter().map(|(_, f)| f)).chain(e.outputs.iter());
-                for f in forms {
+                for f in e.forms() {
                     let mut seen = std::collections::HashSet::new();
                     for t in &f.terms {
                         let Src::Word(id) = t.src else { continue };
