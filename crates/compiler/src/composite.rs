@@ -158,7 +158,7 @@ pub const GELU_ROW_BITS: u32 = 7;
 /// # Errors
 /// [`SpecError`] for unsupported widths.
 pub fn gelu(n: u32, f: u32, form: library::GeluForm) -> Result<Compiled, SpecError> {
-    let spec = library::gelu_rows(n - f, n, f, form, GELU_ROW_BITS);
+    let spec = OperatorSpec { slack: true, ..library::gelu_rows(n - f, n, f, form, GELU_ROW_BITS) };
     Compiled::with_options(&spec, CompileOptions { split: Some(true), ..CompileOptions::default() })
 }
 

@@ -240,6 +240,7 @@ fn assemble(
         in_bits: n,
         out_bits,
         signed,
+        slack: false,
         scale: Some(f),
         out_scale: (s_out != f).then_some(s_out),
         boundaries,

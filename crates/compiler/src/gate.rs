@@ -1225,7 +1225,9 @@ impl CompiledGate {
         if key.party != ctx.party() {
             return Err(GateError::KeyMismatch("key of the other party"));
         }
-        let xh: Vec<u64> = xh.iter().map(|&x| x & mask(n)).collect();
+        // (A slack spec reads `x̂ + 2^{n−2}`: same mask, so nothing else changes.)
+        let offset = p.input_offset();
+        let xh: Vec<u64> = xh.iter().map(|&x| x.wrapping_add(offset) & mask(n)).collect();
         // Local-major (`locals[j·len + e]`, `pv[s·len + e]`): each form reads whole columns.
         let nl = p.locals as usize;
         let RunScratch { locals, packed, pv, shares, opened, open_bits } = sc;
@@ -1950,6 +1952,7 @@ mod tests {
             in_bits: n,
             out_bits: 16,
             signed: false,
+            slack: false,
             scale: None,
             out_scale: None,
             boundaries,

@@ -170,6 +170,7 @@ fn spec(name: String, n: u32, l: u32, signed: bool, scale: u32, b: Vec<u64>, p: 
         in_bits: n,
         out_bits: l,
         signed,
+        slack: false,
         scale: Some(scale),
         out_scale: None,
         boundaries: b,

@@ -305,35 +305,50 @@ impl Families {
 impl Families {
     /// For a split at `f` and `β` a multiple of `2^f`: `1[h₀ < β >> f]` for the high part
     /// `h₀ = x̂_h − r_h` that ignores the carry (the XOR-linear part of [`Families::below`]).
-    pub fn below_high(&mut self, f: u32, beta: u64) -> LinBit {
+    ///
+    /// With `slack`, without its wrap term `LT(ĥ) = 1[ĥ < r_h]`: returns the rest and whether
+    /// the wrap term is to be XORed in (the caller has it as `msb(r)·¬msb(x̂)`, no comparison).
+    pub fn below_high(&mut self, f: u32, beta: u64, slack: bool) -> (LinBit, bool) {
         let n = self.n;
         debug_assert!(beta & mask(f) == 0, "a split threshold has no low bits");
         if beta == 0 {
-            return LinBit::constant(false);
+            return (LinBit::constant(false), false);
         }
         let (h, k) = self.point(f, n - f, 0, beta >> f);
-        let (h0, k0) = self.point(f, n - f, 0, 0);
         // 1[x̂_h < β_h] = 1[x̂ < β] since β has no low bits.
-        LinBit::term(Term::Lt(h, k))
-            .xor(&LinBit::term(Term::Lt(h0, k0)))
-            .xor(&LinBit::term(Term::Below(n, beta)))
+        let bit = LinBit::term(Term::Lt(h, k)).xor(&LinBit::term(Term::Below(n, beta)));
+        if slack {
+            return (bit, true);
+        }
+        let (h0, k0) = self.point(f, n - f, 0, 0);
+        (bit.xor(&LinBit::term(Term::Lt(h0, k0))), false)
     }
 }
 
 /// [`step_bits`] of the high part `h₀ = x̂_h − r_h` of a split at `f`, every start a
 /// multiple of `2^f`: the bits of `v` at `h₀·2^f` (no carry).
+///
+/// With `slack` ([`crate::spec::OperatorSpec::slack`]) each bit comes with whether the wrap
+/// term `LT(ĥ)` is still to be XORed in (an odd number of its thresholds use it); without,
+/// that flag is always false.
 pub fn step_bits_high(
     fams: &mut Families,
     f: u32,
     starts: &[u64],
     values: &[u64],
     width: u32,
-) -> Vec<LinBit> {
+    slack: bool,
+) -> Vec<(LinBit, bool)> {
     (0..width)
         .map(|j| {
             let mut bits = vec![LinBit::constant((values[0] >> j) & 1 == 1)];
-            bits.extend(flips(starts, values, j).map(|beta| fams.below_high(f, beta).not()));
-            LinBit::xor_all(&bits)
+            let mut wraps = false;
+            for beta in flips(starts, values, j) {
+                let (b, w) = fams.below_high(f, beta, slack);
+                bits.push(b.not());
+                wraps ^= w;
+            }
+            (LinBit::xor_all(&bits), wraps)
         })
         .collect()
 }

@@ -259,6 +259,12 @@ impl Program {
         self.spec.in_bits
     }
 
+    /// What a gate adds to `x̂` before reading it: `2^{n−2}` for a slack spec
+    /// ([`OperatorSpec::slack`]), else 0.
+    pub fn input_offset(&self) -> u64 {
+        if self.spec.slack { 1u64 << (self.spec.in_bits - 2) } else { 0 }
+    }
+
     /// Output ring width.
     pub fn out_bits(&self) -> u32 {
         self.spec.out_bits
@@ -340,8 +346,11 @@ pub fn compile(spec: &OperatorSpec, options: CompileOptions) -> Result<Program, 
     };
     // A spec with nothing per interval (a pure Φ, like a shift) needs no lookup.
     let nothing = spec.poly_count() + spec.const_count() + spec.bool_count() == 0;
+    if spec.slack && options.lookup.is_some_and(|l| l != LookupBackend::StepBits) {
+        return Err(SpecError::Width("slack: only the step-bits lookup reads a slack input".into()));
+    }
     let lookups: Vec<LookupBackend> = match options.lookup {
-        _ if nothing => vec![LookupBackend::StepBits],
+        _ if nothing || spec.slack => vec![LookupBackend::StepBits],
         Some(l) => vec![l],
         None => candidates(&spec),
     };
@@ -472,6 +481,9 @@ pub fn shift_poly(c: &[u64], d: u64, bits: u32) -> Vec<u64> {
 /// whose outputs are wider than its input, the sign boundary `2^{n−1}` becomes an interval
 /// boundary and the negative pieces are re-expanded at `X_u − 2^n`.
 fn normalise(spec: &OperatorSpec) -> OperatorSpec {
+    if spec.slack {
+        return rotate_slack(spec);
+    }
     let mut s = spec.clone();
     let (n, l) = (s.in_bits, s.out_bits);
     if !(s.signed && l > n && s.degree() > 0) {
@@ -494,6 +506,42 @@ fn normalise(spec: &OperatorSpec) -> OperatorSpec {
         }
     }
     s
+}
+
+/// A slack spec ([`OperatorSpec::slack`]) read at `u = x + 2^{n−2} < 2^{n−1}`: unsigned,
+/// with polynomials in `X_u = u` (`X = u − 2^{n−2}`), its intervals rotated by `2^{n−2}`, and
+/// `[2^{n−1}, 2^n)`, which no input reaches, added to the interval below it (no boundary
+/// there). It keeps `slack`, now meaning `u < 2^{n−1}`; the gate adds
+/// [`Program::input_offset`] to `x̂`.
+fn rotate_slack(spec: &OperatorSpec) -> OperatorSpec {
+    let (n, l) = (spec.in_bits, spec.out_bits);
+    let (q, top) = (1u64 << (n - 2), mask(n));
+    let shift = q.wrapping_neg() & mask(l);
+    let moved = |i: usize| {
+        let mut p = spec.pieces[i].clone();
+        for c in &mut p.polys {
+            let w: Vec<u64> = c.iter().map(|&v| word(v, l)).collect();
+            *c = shift_poly(&w, shift, l).into_iter().map(|v| v as i128).collect();
+        }
+        p
+    };
+    // `u` from 0 up: `x` from `−q` (unsigned `2^n − q`) to the top of the ring, then from 0
+    // up to `q − 1`.
+    let first = spec.piece_of(top - q + 1);
+    let (mut boundaries, mut pieces) = (vec![0u64], vec![moved(first)]);
+    for (i, &b) in spec.boundaries.iter().enumerate() {
+        if b > top - q + 1 {
+            boundaries.push(b - (top - q + 1));
+            pieces.push(moved(i));
+        }
+    }
+    for (i, &b) in spec.boundaries.iter().enumerate() {
+        if b < q {
+            boundaries.push(b + q);
+            pieces.push(moved(i));
+        }
+    }
+    OperatorSpec { signed: false, boundaries, pieces, ..spec.clone() }
 }
 
 /// A Boolean value during lowering.
@@ -798,10 +846,23 @@ impl<'a> Lower<'a> {
         if l <= n {
             return x;
         }
-        let w = self.fams.wrap(0);
-        let w = self.sb(w);
-        let w = self.arith(&w);
+        let w = if self.spec.slack {
+            self.slack_wrap()
+        } else {
+            let w = self.fams.wrap(0);
+            let w = self.sb(w);
+            self.arith(&w)
+        };
         x.add(&w.scale(1u64 << n))
+    }
+
+    /// For a slack spec (`u < 2^{n−1}`): the wrap `1[û < r] = msb(r)·¬msb(û)` of `u = û − r`,
+    /// a public bit times a dealer bit. It is also the wrap `1[ĥ < r_h]` of the high part
+    /// `h₀ = ĥ − r_h` of a split (`h₀ = h + c ≤ 2^{n−f−1}`, and the same two MSBs).
+    fn slack_wrap(&self) -> Sym {
+        let (n, l) = (self.n(), self.l());
+        let below = Sym::public(l, PVar::XHatBelow(1u64 << (n - 1)));
+        below.mul(&Sym::secret(l, SVar::RShr(n - 1))).expect("public times dealer-known")
     }
 
     /// `X` as the spec defines it (signed or unsigned lift).
@@ -824,7 +885,8 @@ impl<'a> Lower<'a> {
     /// multiply two split bits (products of up to five mask bits).
     fn prefix_times_lift(&mut self, vals: &[u64]) -> Option<Sym> {
         let (n, l) = (self.n(), self.l());
-        if l <= n || self.fams.mode().shift().is_none() {
+        // (A slack spec's lift has no comparison in it.)
+        if l <= n || self.fams.mode().shift().is_none() || self.spec.slack {
             return None;
         }
         let k = vals[0];
@@ -1189,7 +1251,10 @@ impl<'a> Lower<'a> {
         let (mut ds, mut dv) = (vec![], vec![]);
         for k in 0..t {
             ds.push(starts[k]);
-            dv.push(vals[k].wrapping_sub(vals[(k + t - 1) % t]) & m);
+            // With slack, `c = 1` only where `h₀ ≥ 1`: the jump at 0 is never read, and 0
+            // keeps its thresholds (at 0 and 1) out of the bits.
+            let wraps = k == 0 && self.spec.slack;
+            dv.push(if wraps { 0 } else { vals[k].wrapping_sub(vals[(k + t - 1) % t]) & m });
             let end = starts[k] as u128 + (1u128 << f);
             let next = starts.get(k + 1).map_or(1u128 << n, |&b| b as u128);
             if end < next {
@@ -1227,15 +1292,25 @@ impl<'a> Lower<'a> {
         let offs: Vec<u64> = vals.iter().map(|&v| v.wrapping_sub(base) & m).collect();
         let top = offs.iter().copied().max().unwrap_or(0);
         let width = 64 - top.leading_zeros();
-        let bits: Vec<BExpr> = match high {
-            Some(f) => {
-                step_bits_high(&mut self.fams, f, starts, &offs, width).into_iter().map(BExpr::Leaf).collect()
-            }
-            None => step_bits(&mut self.fams, starts, &offs, width).into_iter().map(|b| self.sb(b)).collect(),
+        let bits: Vec<(BExpr, bool)> = match high {
+            Some(f) => step_bits_high(&mut self.fams, f, starts, &offs, width, self.spec.slack)
+                .into_iter()
+                .map(|(b, w)| (BExpr::Leaf(b), w))
+                .collect(),
+            None => step_bits(&mut self.fams, starts, &offs, width)
+                .into_iter()
+                .map(|b| (self.sb(b), false))
+                .collect(),
         };
         let mut out = Sym::constant(l, base);
-        for (t, e) in bits.into_iter().enumerate() {
-            let a = self.arith(&e);
+        for (t, (e, wraps)) in bits.into_iter().enumerate() {
+            let mut a = self.arith(&e);
+            if wraps {
+                // a ⊕ w = a + w − 2·a·w.
+                let w = self.slack_wrap();
+                let aw = a.mul(&w).expect("dealer-known");
+                a = a.add(&w).sub(&aw.scale(2));
+            }
             out = out.add(&a.scale(1u64 << t));
         }
         out

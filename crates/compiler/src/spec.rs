@@ -52,6 +52,14 @@ pub struct OperatorSpec {
     /// How `X` lifts the input into `Z_{2^ℓ}`: two's complement (true) or unsigned.
     #[serde(default)]
     pub signed: bool,
+    /// A signed input with slack: every input the gate is meant for satisfies
+    /// `−2^{n−2} ≤ x < 2^{n−2}` (a value truncated with slack does, [`OperatorSpec::slack_holds`]).
+    /// The compiler then reads `u = x + 2^{n−2}`, which never reaches `2^{n−1}`, so the wrap
+    /// of `u` is `msb(r)·¬msb(û)` instead of a comparison: a function that steps at 0 and
+    /// is continued across the ends of the ring (a ReLU part) reads all its thresholds from
+    /// around 0. The output equals [`OperatorSpec::eval`] for those inputs only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub slack: bool,
     /// Fixed-point scale of the input (metadata for fitting and error reports).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale: Option<u32>,
@@ -457,6 +465,18 @@ impl OperatorSpec {
         }
         self.validate_boundaries()?;
         self.validate_pieces()?;
+        if self.slack {
+            let bad = |msg: &str| Err(SpecError::Width(format!("slack: {msg}")));
+            if !self.signed || !(3..64).contains(&n) {
+                return bad("needs a signed input of 3 to 63 bits");
+            }
+            if !self.atoms.is_empty() || self.bool_count() > 0 {
+                return bad("Boolean outputs and atoms are not supported");
+            }
+            if self.phi.as_ref().is_some_and(|p| p.nodes.iter().any(|n| matches!(n, Node::Shr { .. }))) {
+                return bad("shifts are not supported");
+            }
+        }
         for (i, a) in self.atoms.iter().enumerate() {
             let bad = |msg: String| Err(SpecError::Atom { atom: i, msg });
             match *a {
@@ -629,6 +649,13 @@ impl OperatorSpec {
         self.boundaries.partition_point(|&b| b <= x) - 1
     }
 
+    /// Whether input `x` is one the gate is meant for: always, unless the spec has
+    /// [`OperatorSpec::slack`], which asks for `−2^{n−2} ≤ x < 2^{n−2}`.
+    pub fn slack_holds(&self, x: u64) -> bool {
+        let n = self.in_bits;
+        !self.slack || (x & mask(n)).wrapping_add(1u64 << (n - 2)) & mask(n) < 1u64 << (n - 1)
+    }
+
     /// `X`: the input lifted into `Z_{2^ℓ}`.
     pub fn lift(&self, x: u64) -> u64 {
         let (n, x) = (self.in_bits, x & mask(self.in_bits));
@@ -755,6 +782,7 @@ mod tests {
             in_bits: 8,
             out_bits: 8,
             signed: true,
+            slack: false,
             scale: None,
             out_scale: None,
             boundaries: vec![0, 128],

@@ -30,6 +30,7 @@ fn base(name: &str, n: u32, l: u32, signed: bool, boundaries: Vec<u64>, pieces: 
         in_bits: n,
         out_bits: l,
         signed,
+        slack: false,
         scale: None,
         out_scale: None,
         boundaries,

@@ -8,9 +8,19 @@ use compiler::CompileOptions;
 use compiler::library::*;
 use compiler::spec::OperatorSpec;
 
+/// `s` with [`OperatorSpec::slack`]: read only on inputs below a quarter of the ring.
+fn slack(mut s: OperatorSpec) -> OperatorSpec {
+    s.slack = true;
+    s
+}
+
 fn small() -> Vec<OperatorSpec> {
     vec![
         relu(8, 12),
+        slack(relu(8, 12)),
+        slack(gelu(10, 14, 4, GeluForm::Erf)),
+        slack(gelu_rows(12, 14, 4, GeluForm::Erf, 2)),
+        slack(silu_rows(12, 13, 3, 1)),
         gelu(10, 14, 4, GeluForm::Erf),
         gelu(11, 11, 4, GeluForm::Tanh),
         silu(11, 13, 3),
@@ -56,6 +66,39 @@ fn split_row_tables_read_from_windows_at_small_width() {
     for (i, s) in specs.iter().enumerate() {
         exhaustive(s, split, 700 + i as u64);
     }
+}
+
+/// With slack, GeLU's rows, its sign and the wrap of its ReLU part are one window of high
+/// positions around `2^{n−2}`: no point elsewhere (without slack the sign's threshold sits
+/// at the far side of the ring, a walk of its own), and exact on every input it is meant for.
+#[test]
+fn slack_gelu_reads_one_window() {
+    let split = CompileOptions { split: Some(true), ..CompileOptions::default() };
+    let (n, f, s) = (14, 6, 1);
+    let spec = slack(gelu_rows(n, 16, f, GeluForm::Erf, s));
+    let program = compiler::compile(&spec, split).unwrap();
+    let high = program.families.iter().find(|fam| fam.shift == s).expect("a high family");
+    let betas: Vec<u64> = high.points.iter().map(|p| p.1).collect();
+    let (lo, hi) = (*betas.iter().min().unwrap(), *betas.iter().max().unwrap());
+    let rows = (8u64 << f) >> s;
+    assert!(hi - lo <= rows + 2, "points {lo}..={hi} for {rows} rows");
+    let plain = compiler::compile(&gelu_rows(n, 16, f, GeluForm::Erf, s), split).unwrap();
+    let far = plain.families.iter().find(|fam| fam.shift == s).unwrap().points.iter().map(|p| p.1);
+    assert!(far.clone().max().unwrap() - far.min().unwrap() > 1 << (n - s - 2));
+    exhaustive(&spec, split, 710);
+    full_width(&spec, CompileOptions::default(), 300, 711);
+}
+
+/// A slack spec is signed, and refuses what it does not support.
+#[test]
+fn slack_specs_validate() {
+    let mut s = slack(relu(8, 12));
+    s.validate().unwrap();
+    assert!(s.slack_holds(63) && s.slack_holds(256 - 64) && !s.slack_holds(64) && !s.slack_holds(127));
+    s.signed = false;
+    assert!(s.validate().is_err());
+    let o = CompileOptions { lookup: Some(compiler::LookupBackend::Dcf), ..CompileOptions::default() };
+    assert!(compiler::compile(&slack(relu(8, 12)), o).is_err());
 }
 
 /// A grid whose cells widen octave by octave, cut into runs split at their own alignments
@@ -129,6 +172,7 @@ fn full_width_at_37_and_50() {
         full_width(&reciprocal_grid(f, 128, n, 7), o, 300, (n as u64) << 8 | 34);
         // Row tables, with the comparison split at the rows (the smaller key may not be).
         let rows = [
+            slack(gelu_rows(n - f, n, f, GeluForm::Erf, compiler::composite::GELU_ROW_BITS)),
             gelu_rows(n - f, n, f, GeluForm::Erf, 6),
             gelu_rows(n - f, n, f, GeluForm::Tanh, compiler::composite::GELU_ROW_BITS),
             silu_rows(n, n, f, 6),

@@ -50,8 +50,8 @@ pub const VERSION: u16 = 1;
 /// `Z_{2^{cmp_bits+1}}` with one-round upper levels. 4: FuseFSS GeLU as a split row table,
 /// rsqrt with a floored grid split at the floor, opened-bit masks read from ring words.
 /// 5: FuseFSS softmax's `e^{−x}` as a split row table. 6: compiled gates deal one word per
-/// public monomial of a form.
-pub const PROTOCOL_REVISION: u64 = 6;
+/// public monomial of a form. 7: FuseFSS GeLU read with slack (one window, no sign walk).
+pub const PROTOCOL_REVISION: u64 = 7;
 const KIND_INPUT: u8 = 1;
 const KIND_GATE: u8 = 2;
 const KIND_OUTPUT: u8 = 3;

@@ -123,7 +123,9 @@ pub enum Op {
         /// Bias, `cols` words.
         beta: Arc<[u64]>,
     },
-    /// GeLU of a scale-`f` value that fits `n − f` bits (erf form, or tanh form).
+    /// GeLU of a scale-`f` value `x` with `|x| < 2^{n−f−2}`, as a truncation with slack
+    /// leaves it (erf form, or tanh form): FuseFSS reads it with slack
+    /// (`OperatorSpec::slack`), SIGMA on `n − f` bits.
     Gelu {
         /// Input.
         x: ValueId,

@@ -108,6 +108,11 @@ pub struct OpsBenchArgs {
     /// (`library::gelu_rows`; 0 keeps the exactly rounded or `--quantum` spec).
     #[arg(long, default_value_t = 0)]
     rows: u32,
+    /// Compiled GeLU and SiLU: read the input with slack (`OperatorSpec::slack`: it stays
+    /// below a quarter of the ring, as a truncation with slack leaves it), as the models'
+    /// GeLU does (with `--rows 7 --split true`).
+    #[arg(long)]
+    slack: bool,
     /// Split full-width comparisons into a high key and a low carry (`true`), keep one key
     /// (`false`), or let the compiler pick the smaller key (unset).
     #[arg(long)]
@@ -645,6 +650,7 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
                 _ if a.rows > 0 => (library::gelu_rows(in_bits, n, f, GeluForm::Erf, a.rows), Function::Gelu),
                 _ => (library::gelu_coarse(in_bits, n, f, GeluForm::Erf, a.quantum), Function::Gelu),
             };
+            let spec = OperatorSpec { slack: a.slack, ..spec };
             let x = activation_inputs(ring, rng, e, in_bits, one);
             let err = scan_error(-16 * one, 16 * one, ring, f, eval(&spec), |v| func.f64(v));
             let shape = format!("{e}, input fits {in_bits} bits, {} intervals", spec.pieces.len());

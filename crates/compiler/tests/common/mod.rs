@@ -51,11 +51,11 @@ pub fn run(spec: &OperatorSpec, options: CompileOptions, x: &[u64], m: &[u64], r
     rep
 }
 
-/// Every input of the domain under every edge mask.
+/// Every input of the domain (every one a slack spec is meant for) under every edge mask.
 pub fn exhaustive(spec: &OperatorSpec, options: CompileOptions, seed: u64) {
     let mut r = rng(seed);
     let n = spec.in_bits;
-    let xs: Vec<u64> = (0..1u64 << n).collect();
+    let xs: Vec<u64> = (0..1u64 << n).filter(|&x| spec.slack_holds(x)).collect();
     let masks = edge_masks(n, &mut r);
     let x: Vec<u64> = masks.iter().flat_map(|_| xs.iter().copied()).collect();
     let m: Vec<u64> = masks.iter().flat_map(|&m| std::iter::repeat_n(m, xs.len())).collect();
@@ -70,9 +70,12 @@ pub fn full_width(spec: &OperatorSpec, options: CompileOptions, random: usize, s
     let nm = mask(n);
     let masks = edge_masks(n, &mut r);
     let (mut x, mut m) = (vec![], vec![]);
+    // (A slack spec's inputs keep to its slack: the others are skipped.)
     let mut push = |v: u64, k: u64| {
-        x.push(v & nm);
-        m.push(k & nm);
+        if spec.slack_holds(v) {
+            x.push(v & nm);
+            m.push(k & nm);
+        }
     };
     let half = 1u64 << (n - 1);
     let picks: Vec<u64> =
