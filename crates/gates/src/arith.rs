@@ -13,12 +13,12 @@ use crate::dealer::share;
 use crate::error::{GateError, check_len};
 use crate::gate::Gate;
 use crate::keyio::{GateKey, get_words, key_debug, put_words};
-use crate::linalg::matmul;
+use crate::linalg::{matmul, matmul_mod};
 use crate::online::Ctx;
 
 /// The output mask of `x̂·W` for a public `W` (`k × n`) and input mask `r` (`m × k`): `r·W`.
 pub fn public_matmul_mask(r: &[u64], w: &[u64], m: usize, k: usize, n: usize, bits: u32) -> Vec<u64> {
-    matmul(r, w, m, k, n).into_iter().map(|v| v & mask(bits)).collect()
+    matmul_mod(r, w, m, k, n, bits)
 }
 
 /// `z = x·y` elementwise in `Z_{2^bits}` (no truncation).
@@ -295,9 +295,10 @@ impl MatMul {
     /// This party's additive share of `C + R_C` (before opening).
     pub fn share(&self, party: Party, key: &MatMulKey, ah: &[u64], bh: &[u64]) -> Vec<u64> {
         let (m, k, n) = (self.m, self.k, self.n);
-        let mut out = if party == Party::P0 { matmul(ah, bh, m, k, n) } else { vec![0; m * n] };
-        let x = matmul(ah, &key.rb, m, k, n);
-        let y = matmul(&key.ra, bh, m, k, n);
+        let bits = self.bits;
+        let mut out = if party == Party::P0 { matmul_mod(ah, bh, m, k, n, bits) } else { vec![0; m * n] };
+        let x = matmul_mod(ah, &key.rb, m, k, n, bits);
+        let y = matmul_mod(&key.ra, bh, m, k, n, bits);
         for i in 0..m * n {
             out[i] = out[i].wrapping_sub(x[i]).wrapping_sub(y[i]).wrapping_add(key.c[i]) & mask(self.bits);
         }
