@@ -1,42 +1,67 @@
 //! Wrapping integer matrix products (`Z_{2^64}`, reduced by the caller), row-major.
 //!
-//! A blocked i-k-j loop: the inner loop streams a row of `B` into a row of `C` and
-//! vectorises (AVX-512 `vpmullq` when the build targets it, see `.cargo/config.toml`);
-//! rows of `C` are split across the rayon pool. [`matmul_mod`] reduces into a ring of at
-//! most 52 bits with AVX-512 IFMA when the build has it (the workspace's only `unsafe`,
-//! checked against [`matmul`]): bert-tiny's linear layers 28 → 10 ms per query.
+//! Tiled: a block of [`ROWS`] rows of `C` takes [`COLS`] columns at a time, and each
+//! segment of a row of `B` is read once per block and added, scaled, into every row of
+//! the block (the axpy vectorises: AVX-512 `vpmullq` when the build targets it, see
+//! `.cargo/config.toml`). `B` is read from memory once per block of rows, not once per
+//! row: a model's weights (GPT-2's 768 × 3,072 words are 19 MB) do not fit a cache. Blocks
+//! of rows are split across the rayon pool. [`matmul_mod`] reduces into a ring of at most
+//! 52 bits with AVX-512 IFMA when the build has it (the workspace's only `unsafe`, checked
+//! against [`matmul`]).
 
 use rayon::prelude::*;
 
-/// `C = A·B` for `A` of `m × k` and `B` of `k × n`, all mod `2^64`.
-///
-/// # Panics
-/// If the slice lengths do not match the shapes (a caller bug).
-pub fn matmul(a: &[u64], b: &[u64], m: usize, k: usize, n: usize) -> Vec<u64> {
+/// Rows of `C` that share each read of `B`.
+pub const ROWS: usize = 16;
+/// Columns of a tile: a tile of `C` is `ROWS × COLS` words (32 KB), a segment of `B` 2 KB.
+pub const COLS: usize = 256;
+
+/// `C += A·B` over the tiles, with `axpy(c, a, b)` doing `c += a·b` on a segment.
+fn tiled(
+    a: &[u64],
+    b: &[u64],
+    m: usize,
+    k: usize,
+    n: usize,
+    axpy: impl Fn(&mut [u64], u64, &[u64]) + Sync,
+) -> Vec<u64> {
     assert_eq!(a.len(), m * k, "matmul: A is not m × k");
     assert_eq!(b.len(), k * n, "matmul: B is not k × n");
     let mut c = vec![0u64; m * n];
     if n == 0 {
         return c;
     }
-    const KB: usize = 256;
-    let rows = |(i, row): (usize, &mut [u64])| {
-        for k0 in (0..k).step_by(KB) {
-            for kk in k0..(k0 + KB).min(k) {
-                let aik = a[i * k + kk];
-                let brow = &b[kk * n..(kk + 1) * n];
-                for (cj, &bj) in row.iter_mut().zip(brow) {
-                    *cj = cj.wrapping_add(aik.wrapping_mul(bj));
+    let block = |(bi, cb): (usize, &mut [u64])| {
+        let rows = cb.len() / n;
+        for j0 in (0..n).step_by(COLS) {
+            let j1 = (j0 + COLS).min(n);
+            for kk in 0..k {
+                let seg = &b[kk * n + j0..kk * n + j1];
+                for r in 0..rows {
+                    let i = bi * ROWS + r;
+                    axpy(&mut cb[r * n + j0..r * n + j1], a[i * k + kk], seg);
                 }
             }
         }
     };
     if m * k * n < 1 << 16 {
-        c.chunks_mut(n).enumerate().for_each(rows);
+        c.chunks_mut(ROWS * n).enumerate().for_each(block);
     } else {
-        c.par_chunks_mut(n).enumerate().for_each(rows);
+        c.par_chunks_mut(ROWS * n).enumerate().for_each(block);
     }
     c
+}
+
+/// `C = A·B` for `A` of `m × k` and `B` of `k × n`, all mod `2^64`.
+///
+/// # Panics
+/// If the slice lengths do not match the shapes (a caller bug).
+pub fn matmul(a: &[u64], b: &[u64], m: usize, k: usize, n: usize) -> Vec<u64> {
+    tiled(a, b, m, k, n, |c, x, seg| {
+        for (cj, &bj) in c.iter_mut().zip(seg) {
+            *cj = cj.wrapping_add(x.wrapping_mul(bj));
+        }
+    })
 }
 
 /// `C = A·B mod 2^bits`. For rings of at most 52 bits on a CPU with AVX-512 IFMA (the
@@ -56,7 +81,6 @@ pub fn matmul_mod(a: &[u64], b: &[u64], m: usize, k: usize, n: usize, bits: u32)
 #[cfg(all(target_arch = "x86_64", target_feature = "avx512ifma"))]
 #[allow(unsafe_code)]
 mod ifma {
-    use rayon::prelude::*;
     use std::arch::x86_64::{
         __m512i, _mm512_loadu_si512, _mm512_madd52lo_epu64, _mm512_set1_epi64, _mm512_storeu_si512,
     };
@@ -66,42 +90,29 @@ mod ifma {
         if bits > 52 {
             return None;
         }
-        assert_eq!(a.len(), m * k, "matmul: A is not m × k");
-        assert_eq!(b.len(), k * n, "matmul: B is not k × n");
         // IFMA reads the low 52 bits of each operand: reduce them first.
         let low = |v: &[u64]| -> Vec<u64> { v.iter().map(|&x| x & ((1u64 << 52) - 1)).collect() };
         let (a, b) = (low(a), low(b));
-        let mut c = vec![0u64; m * n];
-        if n == 0 {
-            return Some(c);
-        }
-        let full = n / 8 * 8;
-        let rows = |(i, row): (usize, &mut [u64])| {
-            for kk in 0..k {
-                let aik = a[i * k + kk];
-                let brow = &b[kk * n..(kk + 1) * n];
-                // SAFETY: the target feature is enabled at compile time (cfg above); every
-                // load and store reads or writes 8 words inside `row` or `brow` (j + 8 ≤ full ≤ n).
-                unsafe {
-                    let x = _mm512_set1_epi64(aik as i64);
-                    for j in (0..full).step_by(8) {
-                        let cp = row.as_mut_ptr().add(j) as *mut __m512i;
-                        let bp = brow.as_ptr().add(j) as *const __m512i;
-                        let acc = _mm512_madd52lo_epu64(_mm512_loadu_si512(cp), x, _mm512_loadu_si512(bp));
-                        _mm512_storeu_si512(cp, acc);
-                    }
-                }
-                for j in full..n {
-                    row[j] = row[j].wrapping_add(aik.wrapping_mul(brow[j]));
+        Some(super::tiled(&a, &b, m, k, n, |c, x, seg| {
+            let full = c.len().min(seg.len()) / 8 * 8;
+            // SAFETY: the target feature is enabled at compile time (cfg above); every load
+            // and store touches the 8 words at `j..j + 8` of `c` or `seg`, and `j + 8 ≤ full`,
+            // which is at most the length of both.
+            unsafe {
+                let xv = _mm512_set1_epi64(x as i64);
+                for j in (0..full).step_by(8) {
+                    let cp = c.as_mut_ptr().add(j) as *mut __m512i;
+                    let bp = seg.as_ptr().add(j) as *const __m512i;
+                    _mm512_storeu_si512(
+                        cp,
+                        _mm512_madd52lo_epu64(_mm512_loadu_si512(cp), xv, _mm512_loadu_si512(bp)),
+                    );
                 }
             }
-        };
-        if m * k * n < 1 << 16 {
-            c.chunks_mut(n).enumerate().for_each(rows);
-        } else {
-            c.par_chunks_mut(n).enumerate().for_each(rows);
-        }
-        Some(c)
+            for (cj, &bj) in c[full..].iter_mut().zip(&seg[full..]) {
+                *cj = cj.wrapping_add(x.wrapping_mul(bj));
+            }
+        }))
     }
 }
 
@@ -143,7 +154,8 @@ mod tests {
             let want: Vec<u64> = c.iter().map(|&v| v & fss::ring::mask(bits)).collect();
             assert_eq!(matmul_mod(&a, &b, m, k, n, bits), want, "{bits} bits");
             // Wide enough to take the vectorised path, with a remainder column.
-            let (m2, k2, n2) = (40, 70, 27);
+            // Across the tiles: rows past a block of ROWS, columns past a tile of COLS.
+            let (m2, k2, n2) = (ROWS + 3, 70, COLS + 27);
             let a2: Vec<u64> = (0..m2 * k2).map(|i| (i as u64).wrapping_mul(0xd6e8_feb8_6659_fd93)).collect();
             let b2: Vec<u64> =
                 (0..k2 * n2).map(|i| (i as u64 ^ 0x55).wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect();
