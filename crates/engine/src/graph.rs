@@ -106,8 +106,9 @@ pub enum Op {
         /// Columns of each right operand.
         n: usize,
     },
-    /// Row-wise softmax of a scale-`f` tensor (values fit `n − f` bits); with `causal`, row
-    /// `i` sees columns `0..=(i mod cols)` and the others are 0.
+    /// Row-wise softmax of a scale-`f` tensor `x` with `|x| < 2^{n−f−2}`, as a truncation
+    /// with slack leaves it (SIGMA's gate needs only that `x` fit `n − f` bits); with
+    /// `causal`, row `i` sees columns `0..=(i mod cols)` and the others are 0.
     Softmax {
         /// Input.
         x: ValueId,

@@ -170,15 +170,13 @@ pub fn build(g: &Graph, imp: Impl) -> Result<Vec<Option<Box<dyn DynGate>>>, Spec
             Op::MatMul { count, m, k, n: cols, .. } => {
                 Some(Box::new(Erased(BatchedMatMul { bits: n, count: *count, m: *m, k: *k, n: *cols })))
             }
-            Op::Softmax { causal, .. } => {
-                let cmp = n - f + 1;
-                Some(match imp {
-                    Impl::Sigma => Box::new(Erased(Softmax::sigma(n, cmp, f, s.rows, s.cols, *causal))),
-                    Impl::Fusefss => {
-                        Box::new(Erased(composite::softmax(n, cmp, f, s.rows, s.cols, *causal)?))
-                    }
-                })
-            }
+            Op::Softmax { causal, .. } => Some(match imp {
+                // SIGMA's comparisons take n − f + 1 bits (inputs that fit n − f bits);
+                // FuseFSS reads scores truncated with slack, |x| < 2^{n−f−2}: their row
+                // differences fit n − f bits, a bit less for the max tree and `e^{−x}`.
+                Impl::Sigma => Box::new(Erased(Softmax::sigma(n, n - f + 1, f, s.rows, s.cols, *causal))),
+                Impl::Fusefss => Box::new(Erased(composite::softmax(n, n - f, f, s.rows, s.cols, *causal)?)),
+            }),
             Op::LayerNorm { gamma, beta, .. } => Some(match imp {
                 Impl::Sigma => Box::new(Erased(
                     Norm::layer_norm(n, f, s.rows, s.cols, gamma.clone(), beta.clone())
