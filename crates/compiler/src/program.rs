@@ -515,7 +515,9 @@ fn normalise(spec: &OperatorSpec) -> OperatorSpec {
 /// [`Program::input_offset`] to `x̂`.
 fn rotate_slack(spec: &OperatorSpec) -> OperatorSpec {
     let (n, l) = (spec.in_bits, spec.out_bits);
-    let (q, top) = (1u64 << (n - 2), mask(n));
+    let q = 1u64 << (n - 2);
+    // `x = −q` as an unsigned `n`-bit value: where `u = 0` is.
+    let neg_q = (1u64 << n) - q;
     let shift = q.wrapping_neg() & mask(l);
     let moved = |i: usize| {
         let mut p = spec.pieces[i].clone();
@@ -527,11 +529,11 @@ fn rotate_slack(spec: &OperatorSpec) -> OperatorSpec {
     };
     // `u` from 0 up: `x` from `−q` (unsigned `2^n − q`) to the top of the ring, then from 0
     // up to `q − 1`.
-    let first = spec.piece_of(top - q + 1);
+    let first = spec.piece_of(neg_q);
     let (mut boundaries, mut pieces) = (vec![0u64], vec![moved(first)]);
     for (i, &b) in spec.boundaries.iter().enumerate() {
-        if b > top - q + 1 {
-            boundaries.push(b - (top - q + 1));
+        if b > neg_q {
+            boundaries.push(b - neg_q);
             pieces.push(moved(i));
         }
     }

@@ -90,8 +90,15 @@ mod ifma {
         if bits > 52 {
             return None;
         }
-        // IFMA reads the low 52 bits of each operand: reduce them first.
-        let low = |v: &[u64]| -> Vec<u64> { v.iter().map(|&x| x & ((1u64 << 52) - 1)).collect() };
+        // IFMA reads the low 52 bits of each operand: reduce them, copying only operands that
+        // have higher bits (ring elements and a model's weights have none).
+        fn low(v: &[u64]) -> std::borrow::Cow<'_, [u64]> {
+            if v.iter().all(|&x| x >> 52 == 0) {
+                v.into()
+            } else {
+                v.iter().map(|&x| x & ((1u64 << 52) - 1)).collect::<Vec<u64>>().into()
+            }
+        }
         let (a, b) = (low(a), low(b));
         Some(super::tiled(&a, &b, m, k, n, |c, x, seg| {
             let full = c.len().min(seg.len()) / 8 * 8;
@@ -150,17 +157,17 @@ mod tests {
         let a: Vec<u64> = (0..m * k).map(|i| (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect();
         let b: Vec<u64> = (0..k * n).map(|i| (i as u64 + 3).wrapping_mul(0xc2b2_ae3d_27d4_eb4f)).collect();
         let c = matmul(&a, &b, m, k, n);
+        // Wide enough to take the vectorised path, with a remainder column, and across the
+        // tiles: rows past a block of ROWS, columns past a tile of COLS.
+        let (m2, k2, n2) = (ROWS + 3, 70, COLS + 27);
+        let a2: Vec<u64> = (0..m2 * k2).map(|i| (i as u64).wrapping_mul(0xd6e8_feb8_6659_fd93)).collect();
+        let b2: Vec<u64> =
+            (0..k2 * n2).map(|i| (i as u64 ^ 0x55).wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect();
+        let c2 = matmul(&a2, &b2, m2, k2, n2);
         for bits in [13, 37, 50, 52, 53, 64] {
             let want: Vec<u64> = c.iter().map(|&v| v & fss::ring::mask(bits)).collect();
             assert_eq!(matmul_mod(&a, &b, m, k, n, bits), want, "{bits} bits");
-            // Wide enough to take the vectorised path, with a remainder column.
-            // Across the tiles: rows past a block of ROWS, columns past a tile of COLS.
-            let (m2, k2, n2) = (ROWS + 3, 70, COLS + 27);
-            let a2: Vec<u64> = (0..m2 * k2).map(|i| (i as u64).wrapping_mul(0xd6e8_feb8_6659_fd93)).collect();
-            let b2: Vec<u64> =
-                (0..k2 * n2).map(|i| (i as u64 ^ 0x55).wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect();
-            let want2: Vec<u64> =
-                matmul(&a2, &b2, m2, k2, n2).iter().map(|&v| v & fss::ring::mask(bits)).collect();
+            let want2: Vec<u64> = c2.iter().map(|&v| v & fss::ring::mask(bits)).collect();
             assert_eq!(matmul_mod(&a2, &b2, m2, k2, n2, bits), want2, "{bits} bits, {m2}×{k2}×{n2}");
         }
         for i in 0..m {
