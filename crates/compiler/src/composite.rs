@@ -150,8 +150,8 @@ pub const GELU_ROW_BITS: u32 = 7;
 
 /// The models' GeLU on inputs that fit `n − f` bits: [`library::gelu_rows`] (the residual
 /// from rows of `2^GELU_ROW_BITS` ulps, minimax per row) with the comparison split at the
-/// rows. Against the exactly rounded [`library::gelu`] it reads one window of 258 high
-/// positions (its rows around 0, across the top of the ring) instead of ~33k positions per
+/// rows. Against the exactly rounded [`library::gelu`] it reads one window of 180 high
+/// positions (its 178 rows around 0, [`library::gelu_rows`]) instead of ~33k positions per
 /// element (0.46 against 2.63 µs at n = 37), for a key of 397 against 385 B per element at
 /// n = 37.
 ///
@@ -173,12 +173,14 @@ pub const RSQRT_MANTISSA_BITS: u32 = 6;
 /// Mantissa bits of RMSNorm's `1/σ` grid.
 pub const RMS_RSQRT_MANTISSA_BITS: u32 = 7;
 
-/// Runs of LayerNorm's `1/σ` grid ([`CompileOptions::grouped`]) span at most `2^15` high
-/// positions: the 17 octaves at n = 37 are two runs, ~12× faster to evaluate than one split
-/// (bert-tiny's LayerNorms: 60 → 33 ms, then 15 ms with the plan built once per program) for
-/// ~570 B more key per row. With `2^12` they are three runs, another ~2× faster for ~570 B
-/// more.
-pub const RSQRT_RUN_WINDOW_BITS: u32 = 15;
+/// Runs of LayerNorm's `1/σ` grid ([`CompileOptions::grouped`]) span at most `2^12` high
+/// positions: the 17 octaves at n = 37 are three runs. With `2^15` (two runs) evaluation
+/// was ~12× faster than one split (bert-tiny's LayerNorms: 60 → 33 ms, then 15 ms with the
+/// plan built once per program) for ~570 B more key per row; `2^12` adds a run for ~700 B
+/// more per row (bert-tiny: +362 KB of 190.6 MB) and takes bert-tiny's LayerNorms from
+/// 24–28 to 20–21 ms (`fusefss bench model --impl fusefss`, alternating builds; `2^10`:
+/// 21–22 ms for 1 MB more).
+pub const RSQRT_RUN_WINDOW_BITS: u32 = 12;
 
 /// The options a normalisation compiles its `1/σ` grid of `m` mantissa bits with
 /// ([`rsqrt`]): the comparison split at the grid's floor when it has one: a key ~15 % larger

@@ -51,7 +51,9 @@ pub const VERSION: u16 = 1;
 /// rsqrt with a floored grid split at the floor, opened-bit masks read from ring words.
 /// 5: FuseFSS softmax's `e^{−x}` as a split row table. 6: compiled gates deal one word per
 /// public monomial of a form. 7: FuseFSS GeLU read with slack (one window, no sign walk).
-pub const PROTOCOL_REVISION: u64 = 7;
+/// 8: FuseFSS GeLU's rows stop where its residual is below their error (178 rows);
+/// LayerNorm's `1/σ` grid in runs of `2^12` positions (three runs at n = 37).
+pub const PROTOCOL_REVISION: u64 = 8;
 const KIND_INPUT: u8 = 1;
 const KIND_GATE: u8 = 2;
 const KIND_OUTPUT: u8 = 3;
