@@ -243,30 +243,33 @@ fn relu_minus_rows(
     s: u32,
 ) -> OperatorSpec {
     let one = (1u64 << f) as f64;
-    assert!(
-        reach.is_power_of_two() && reach << f <= half(n_in) / 2 && s >= 1 && (reach << f) >> s >= 1,
-        "bad row layout"
-    );
-    // Row `[a, a + 2^s)`: the rounded midpoint of the residual's range, and its error.
-    let row_at = |a: i64| -> (i64, f64) {
-        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-        for x in a..a + (1i64 << s) {
-            let v = func.residual(x as f64 / one);
-            lo = lo.min(v);
-            hi = hi.max(v);
-        }
-        let v = round_half_up((lo + hi) / 2.0 * one);
-        (v, (v as f64 - lo * one).max(hi * one - v as f64))
-    };
     let full = reach << f;
-    let row_error = (0..(2 * full) >> s).map(|i| row_at((i << s) as i64 - full as i64).1).fold(0.0, f64::max);
+    assert!(reach.is_power_of_two() && full <= half(n_in) / 2 && s >= 1 && full >> s >= 1, "bad row layout");
+    // Each row `[a, a + 2^s)` of `[−full, full)`: the rounded midpoint of the residual's
+    // range, and its error.
+    let all: Vec<(i64, f64)> = (0..(2 * full) >> s)
+        .map(|i| {
+            let a = (i << s) as i64 - full as i64;
+            let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+            for x in a..a + (1i64 << s) {
+                let v = func.residual(x as f64 / one);
+                lo = lo.min(v);
+                hi = hi.max(v);
+            }
+            let v = round_half_up((lo + hi) / 2.0 * one);
+            (v, (v as f64 - lo * one).max(hi * one - v as f64))
+        })
+        .collect();
+    let row_error = all.iter().map(|r| r.1).fold(0.0, f64::max);
     // (The residual is even and falls from its peak, below 2, on.)
     let mut limit = full;
     while limit - (1 << s) >= 2 << f && func.residual((limit - (1 << s)) as f64 / one) * one <= row_error {
         limit -= 1 << s;
     }
     let rows = (2 * limit) >> s;
-    let table: Vec<i64> = (0..rows).map(|i| row_at((i << s) as i64 - limit as i64).0).collect();
+    // The kept rows are the middle ones of `all`.
+    let skip = ((full - limit) >> s) as usize;
+    let table: Vec<i64> = all[skip..skip + rows as usize].iter().map(|r| r.0).collect();
     let mut starts = vec![0, half(n_in), limit];
     starts.extend((0..rows).map(|i| unsigned_of(i as i64 * (1i64 << s) - limit as i64, n_in)));
     let (b, p) = from_starts(starts, |u| {

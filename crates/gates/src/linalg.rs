@@ -170,12 +170,17 @@ mod tests {
             let want2: Vec<u64> = c2.iter().map(|&v| v & fss::ring::mask(bits)).collect();
             assert_eq!(matmul_mod(&a2, &b2, m2, k2, n2, bits), want2, "{bits} bits, {m2}×{k2}×{n2}");
         }
-        for i in 0..m {
-            for j in 0..n {
-                let want = (0..k).fold(0u64, |s, t| s.wrapping_add(a[i * k + t].wrapping_mul(b[t * n + j])));
-                assert_eq!(c[i * n + j], want);
+        let naive = |a: &[u64], b: &[u64], c: &[u64], (m, k, n): (usize, usize, usize)| {
+            for i in 0..m {
+                for j in 0..n {
+                    let want =
+                        (0..k).fold(0u64, |s, t| s.wrapping_add(a[i * k + t].wrapping_mul(b[t * n + j])));
+                    assert_eq!(c[i * n + j], want, "{m}×{k}×{n} at ({i}, {j})");
+                }
             }
-        }
+        };
+        naive(&a, &b, &c, (m, k, n));
+        naive(&a2, &b2, &c2, (m2, k2, n2));
         assert_eq!(matmul_bt(&a, &transpose(&b, k, n), m, k, n), c);
     }
 }
