@@ -21,6 +21,7 @@ use crate::program::{
 };
 use crate::spec::{BoolExpr, Kind, SpecError, word};
 use crate::sym::{PVar, SVar};
+use crate::word_column::WordColumn;
 
 /// `len` elements of one compiled operator.
 #[derive(Clone, Debug)]
@@ -46,12 +47,14 @@ pub struct CompiledKey {
     /// Stored width of each dealer word, and the output ring width (public shape).
     widths: Vec<u32>,
     l: u32,
+    /// Elements.
+    len: usize,
     /// Per family: the comparison keys (one per element, or one per element and query).
     cmp: Vec<BitDpfKeys>,
     /// Per family (per-threshold keying only): XOR shares of the carries, element-major.
     carries: Vec<Vec<bool>>,
-    /// Dealer words, word-major.
-    words: Vec<Vec<u64>>,
+    /// Dealer words, word-major, each at the narrowest of 1, 32 or 64 bits.
+    words: Vec<WordColumn>,
     /// The masks of the first exchange's masked bits, packed per element (see
     /// [`masked_bit_masks`]); derived from `words`, not stored.
     zbits: Vec<u64>,
@@ -67,7 +70,7 @@ impl Zeroize for CompiledKey {
         // (Bulk wipes: `Vec::zeroize` writes element by element.)
         self.cmp.iter_mut().for_each(Zeroize::zeroize);
         self.carries.iter_mut().for_each(fss::wipe::wipe);
-        self.words.iter_mut().for_each(fss::wipe::wipe);
+        self.words.iter_mut().for_each(WordColumn::wipe);
         fss::wipe::wipe(&mut self.zbits);
         self.table.zeroize();
         self.dcf.zeroize();
@@ -225,7 +228,7 @@ fn packed_first_exchange(p: &Program) -> bool {
 /// (`⌈bits / 64⌉` words each): bit `i` is the XOR of the low bits of bit form `i`'s words
 /// (a word's low bit is an XOR share of the mask it holds). Empty unless that exchange is
 /// opened packed (`packed_first`: the plan's [`packed_first_exchange`]).
-fn masked_bit_masks(p: &Program, packed_first: bool, words: &[Vec<u64>], len: usize) -> Vec<u64> {
+fn masked_bit_masks(p: &Program, packed_first: bool, words: &[WordColumn], len: usize) -> Vec<u64> {
     if !packed_first {
         return vec![];
     }
@@ -235,9 +238,7 @@ fn masked_bit_masks(p: &Program, packed_first: bool, words: &[Vec<u64>], len: us
     for (i, f) in ex.bits.iter().enumerate() {
         for t in f.terms.iter().filter(|t| t.coef & 1 == 1) {
             if let Src::Word(j) = t.src {
-                for (zs, &v) in z.chunks_exact_mut(zw).zip(&words[j as usize][..len]) {
-                    zs[i / 64] ^= (v & 1) << (i % 64);
-                }
+                words[j as usize].each_low_bit(len, |e, bit| z[e * zw + i / 64] ^= bit << (i % 64));
             }
         }
     }
@@ -743,8 +744,9 @@ impl CompiledGate {
                 vals.push(v & m & mask(w.width));
             }
             let (a, b) = share(rng, &vals, w.width);
-            words[0].push(a);
-            words[1].push(b);
+            fss::wipe::wipe(&mut vals);
+            words[0].push(WordColumn::new(a, w.width));
+            words[1].push(WordColumn::new(b, w.width));
         }
         let mut table = [None, None];
         if let LookupPlan::Table(t) = &p.lookup {
@@ -767,10 +769,11 @@ impl CompiledGate {
         let [d0, d1] = dcf_keys;
         let [b0, b1] = dcf_base;
         let widths: Vec<u32> = p.words.iter().map(|w| w.width).collect();
-        let key = |party, cmp, carries, words: Vec<Vec<u64>>, table, dcf, dcf_base| CompiledKey {
+        let key = |party, cmp, carries, words: Vec<WordColumn>, table, dcf, dcf_base| CompiledKey {
             party,
             widths: widths.clone(),
             l,
+            len: self.len,
             cmp,
             carries,
             zbits: masked_bit_masks(p, self.plan.packed_first, &words, self.len),
@@ -1394,7 +1397,7 @@ impl CompiledGate {
             match t.src {
                 Src::One => {}
                 Src::Word(j) => {
-                    out.iter_mut().zip(&key.words[j as usize][..len]).for_each(|(o, &v)| *o ^= v & 1);
+                    key.words[j as usize].xor_low_bits(&mut out[..len]);
                 }
                 Src::Local(j) if self.plan.packed_leaves && (j as usize) < leaves => {
                     let (w, b) = (j as usize / 64, j % 64);
@@ -1470,6 +1473,8 @@ impl CompiledGate {
         let mut cols = vec![0u64; used.len() * BLOCK];
         let mut lcols = vec![0u64; lused.len() * BLOCK];
         let mut tmp = vec![0u64; BLOCK];
+        // A narrow dealer word's block, widened.
+        let mut wbuf = vec![0u64; BLOCK];
         // Term indices grouped by public monomial (terms without one first), in term order.
         let mut groups: Vec<(Option<u32>, Vec<usize>)> = vec![(None, vec![])];
         for (ti, t) in f.terms.iter().enumerate() {
@@ -1537,7 +1542,7 @@ impl CompiledGate {
             // term and one per monomial instead of two per term.
             for ((pmono, group), fused) in groups.iter().zip(&fused) {
                 if let &Some((sl, c, j, konst)) = fused {
-                    let (col, v) = (&cols[sl * BLOCK..][..w], &key.words[j][e0..e1]);
+                    let (col, v) = (&cols[sl * BLOCK..][..w], key.words[j].block(e0..e1, &mut wbuf));
                     for ((a, &v), &pm) in acc.iter_mut().zip(v).zip(col) {
                         *a = a.wrapping_add(pm.wrapping_mul(c.wrapping_mul(v).wrapping_add(konst)));
                     }
@@ -1556,7 +1561,7 @@ impl CompiledGate {
                         Src::One if !party0 => {}
                         Src::One => sum.iter_mut().for_each(|a| *a = a.wrapping_add(t.coef)),
                         Src::Word(j) => {
-                            let v = &key.words[j as usize][e0..e1];
+                            let v = key.words[j as usize].block(e0..e1, &mut wbuf);
                             for (a, &v) in sum.iter_mut().zip(v) {
                                 *a = a.wrapping_add(t.coef.wrapping_mul(v));
                             }
@@ -1815,7 +1820,7 @@ impl GateKey for CompiledKey {
             put_bits(w, c);
         }
         for (v, &width) in self.words.iter().zip(&self.widths) {
-            put_words(w, v, width);
+            v.write(w, self.len, width);
         }
         if let Some(t) = &self.table {
             t.write_material(w);
@@ -1843,8 +1848,8 @@ impl CompiledGate {
             let c = if p.cmp == CmpBackend::PerThreshold { count } else { 0 };
             carries.push(get_bits(r, c)?);
         }
-        let words: Vec<Vec<u64>> =
-            p.words.iter().map(|w| get_words(r, self.len, w.width)).collect::<Result<_, _>>()?;
+        let words: Vec<WordColumn> =
+            p.words.iter().map(|w| WordColumn::read(r, self.len, w.width)).collect::<Result<_, _>>()?;
         let table = match &p.lookup {
             LookupPlan::Table(t) => Some(fss::adpf::AdpfKeys::read_material(
                 table_params(t.domain_bits, self.l()),
@@ -1864,7 +1869,19 @@ impl CompiledGate {
         };
         let widths = p.words.iter().map(|w| w.width).collect();
         let zbits = masked_bit_masks(p, self.plan.packed_first, &words, self.len);
-        Ok(CompiledKey { party, widths, l: self.l(), cmp, carries, words, zbits, table, dcf, dcf_base })
+        Ok(CompiledKey {
+            party,
+            widths,
+            l: self.l(),
+            len: self.len,
+            cmp,
+            carries,
+            words,
+            zbits,
+            table,
+            dcf,
+            dcf_base,
+        })
     }
 }
 

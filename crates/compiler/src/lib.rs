@@ -38,6 +38,7 @@ pub mod predicate;
 pub mod program;
 pub mod spec;
 pub mod sym;
+mod word_column;
 
 pub use gate::{CompiledGate, CompiledKey, CompiledShape};
 pub use program::{CmpBackend, CompileOptions, Cost, LookupBackend, Program, compile};
