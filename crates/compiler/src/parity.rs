@@ -24,13 +24,14 @@ pub(crate) enum ParityTable {
         used: Vec<(usize, usize)>,
         table: Vec<u64>,
     },
-    /// One masked fold per row: (leaf, row).
-    Folds(Vec<(usize, Vec<u64>)>),
+    /// One masked fold per row, the rows word-major (`rows[w·leaves.len() + r]` is word `w`
+    /// of row `r`, whose leaf is `leaves[r]`): a pass over `s` updates every row's fold.
+    Folds { leaves: Vec<usize>, rows: Vec<u64> },
 }
 
 impl Default for ParityTable {
     fn default() -> ParityTable {
-        ParityTable::Folds(vec![])
+        ParityTable::Folds { leaves: vec![], rows: vec![] }
     }
 }
 
@@ -60,7 +61,14 @@ impl ParityTable {
         } else if used_chunks(4) * lw <= fold_cost {
             4
         } else {
-            return ParityTable::Folds(masks.iter().map(|&(li, m)| (li, m.to_vec())).collect());
+            let w = words_for(bits);
+            let mut rows = vec![0u64; w * masks.len()];
+            for (r, &(_, m)) in masks.iter().enumerate() {
+                for (i, &x) in m.iter().take(w).enumerate() {
+                    rows[i * masks.len() + r] = x;
+                }
+            }
+            return ParityTable::Folds { leaves: masks.iter().map(|&(li, _)| li).collect(), rows };
         };
         let entries = 1usize << chunk;
         let mut used = vec![];
@@ -89,7 +97,7 @@ impl ParityTable {
     pub(crate) fn is_empty(&self) -> bool {
         match self {
             ParityTable::Tables { used, .. } => used.is_empty(),
-            ParityTable::Folds(rows) => rows.is_empty(),
+            ParityTable::Folds { leaves, .. } => leaves.is_empty(),
         }
     }
 
@@ -97,10 +105,22 @@ impl ParityTable {
     #[inline]
     pub(crate) fn apply(&self, s: &[u64], acc: &mut [u64]) {
         match self {
-            ParityTable::Folds(rows) => {
-                for (li, row) in rows {
-                    let p = row.iter().zip(s).fold(0u64, |acc, (a, b)| acc ^ (a & b)).count_ones() & 1;
-                    acc[li / 64] ^= (p as u64) << (li % 64);
+            ParityTable::Folds { leaves, rows } => {
+                let r = leaves.len();
+                let mut folds = [0u64; 64];
+                if r <= 64 {
+                    let folds = &mut folds[..r];
+                    for (word, &x) in rows.chunks_exact(r).zip(s) {
+                        folds.iter_mut().zip(word).for_each(|(f, &m)| *f ^= m & x);
+                    }
+                    for (&li, f) in leaves.iter().zip(folds.iter()) {
+                        acc[li / 64] ^= ((f.count_ones() & 1) as u64) << (li % 64);
+                    }
+                } else {
+                    for (k, &li) in leaves.iter().enumerate() {
+                        let f = rows[k..].iter().step_by(r).zip(s).fold(0u64, |a, (m, x)| a ^ (m & x));
+                        acc[li / 64] ^= ((f.count_ones() & 1) as u64) << (li % 64);
+                    }
                 }
             }
             &ParityTable::Tables { chunk, lw, ref used, ref table } => {
@@ -157,7 +177,8 @@ mod tests {
             state ^= state << 17;
             state
         };
-        for (bits, leaves) in [(1usize, 1usize), (7, 3), (64, 5), (444, 24), (445, 70), (4098, 9), (20000, 2)]
+        for (bits, leaves) in
+            [(1usize, 1usize), (7, 3), (64, 5), (444, 24), (445, 70), (4098, 9), (5000, 70), (20000, 2)]
         {
             let w = words_for(bits);
             let tail = |x: &mut Vec<u64>| {
@@ -181,7 +202,7 @@ mod tests {
             masks.push((0, &rows[leaves - 1][..]));
             let t = ParityTable::new(bits, leaves, &masks);
             // Long vectors with few rows fold; the others use tables.
-            assert_eq!(matches!(t, ParityTable::Folds(_)), bits >= 4000, "bits {bits}");
+            assert_eq!(matches!(t, ParityTable::Folds { .. }), bits >= 4000, "bits {bits}");
             for _ in 0..50 {
                 let mut s: Vec<u64> = (0..w).map(|_| next()).collect();
                 tail(&mut s);
