@@ -75,14 +75,17 @@ pub fn compile_cached(spec: &OperatorSpec, options: CompileOptions) -> Result<Ar
 }
 
 /// Rows of `2^NEXP_ROW_BITS` ulps for softmax's `e^{−x}` ([`library::nexp_rows`]): error
-/// at most 16 ulps (3.9e-3 at f = 12; SIGMA's two tables: 6.5e-4), for a window of 32× fewer
-/// positions than the exactly rounded [`library::nexp`]. The whole softmax stays inside
-/// SIGMA's error (`fusefss bench ops --n 37 --ops softmax,softmax_causal --impl both`:
-/// 1.5e-3–1.7e-3 against SIGMA's 2.4e-3–2.5e-3, causal 3.7e-3 against 1.3e-2–1.7e-2), at
-/// 0.63–0.65 µs per element against 0.76–0.90 with rows of 16 ulps (error 1.1e-3–1.3e-3;
-/// SIGMA's: 0.69); bert-tiny's and MiniLM's cosine against f64 are unchanged (0.999956,
-/// 0.999925).
-pub const NEXP_ROW_BITS: u32 = 5;
+/// at most 32 ulps (7.8e-3 at f = 12; SIGMA's two tables: 6.5e-4), for a window of 64×
+/// fewer positions than the exactly rounded [`library::nexp`] (578 at n = 37). The whole
+/// softmax stays in SIGMA's error class (`fusefss bench ops --n 37 --ops
+/// softmax,softmax_causal --impl both`, three runs: 2.2e-3–2.6e-3 against SIGMA's
+/// 1.9e-3–2.3e-3 in the same runs, causal 7.6e-3 against 1.2e-2–1.4e-2), and bert-tiny's
+/// cosine against f64 is unchanged (0.999955; max error 0.0158 against SIGMA's 0.0178).
+/// Against rows of 32 ulps (error 1.5e-3–1.7e-3): `e^{−x}`'s evaluation 746 → 291 M
+/// instructions for 2 × 64Ki elements (callgrind), 624–898 → 547–608 ns per element (min of
+/// 9, alternating), 12 B less key per element, and bert-tiny's softmax layers 84–95 → 71–83
+/// ms (`fusefss bench model --impl fusefss`, three alternating runs).
+pub const NEXP_ROW_BITS: u32 = 6;
 
 /// Mantissa bits of softmax's `1/S` grid ([`library::reciprocal_grid`]).
 pub const RECIP_MANTISSA_BITS: u32 = 7;

@@ -52,8 +52,9 @@ pub const VERSION: u16 = 1;
 /// 5: FuseFSS softmax's `e^{−x}` as a split row table. 6: compiled gates deal one word per
 /// public monomial of a form. 7: FuseFSS GeLU read with slack (one window, no sign walk).
 /// 8: FuseFSS GeLU's rows stop where its residual is below their error (178 rows);
-/// LayerNorm's `1/σ` grid in runs of `2^12` positions (three runs at n = 37).
-pub const PROTOCOL_REVISION: u64 = 8;
+/// LayerNorm's `1/σ` grid in runs of `2^12` positions (three runs at n = 37). 9: FuseFSS
+/// softmax's `e^{−x}` in rows of 64 ulps.
+pub const PROTOCOL_REVISION: u64 = 9;
 const KIND_INPUT: u8 = 1;
 const KIND_GATE: u8 = 2;
 const KIND_OUTPUT: u8 = 3;
