@@ -76,9 +76,9 @@ pub fn compile_cached(spec: &OperatorSpec, options: CompileOptions) -> Result<Ar
 
 /// Rows of `2^NEXP_ROW_BITS` ulps for softmax's `e^{−x}` ([`library::nexp_rows`]): error
 /// at most 32 ulps (7.8e-3 at f = 12; SIGMA's two tables: 6.5e-4), for a window of 64×
-/// fewer positions than the exactly rounded [`library::nexp`] (578 at n = 37). The whole
-/// softmax stays in SIGMA's error class (`fusefss bench ops --n 37 --ops
-/// softmax,softmax_causal --impl both`, three runs: 2.2e-3–2.6e-3 against SIGMA's
+/// fewer positions than the exactly rounded [`library::nexp`] (half the 1,155 of rows of 32
+/// ulps at n = 37). The whole softmax stays in SIGMA's error class (`fusefss bench ops
+/// --n 37 --ops softmax,softmax_causal --impl both`, three runs: 2.2e-3–2.6e-3 against SIGMA's
 /// 1.9e-3–2.3e-3 in the same runs, causal 7.6e-3 against 1.2e-2–1.4e-2), and bert-tiny's
 /// cosine against f64 is unchanged (0.999955; max error 0.0158 against SIGMA's 0.0178).
 /// Against rows of 32 ulps (error 1.5e-3–1.7e-3): `e^{−x}`'s evaluation 746 → 291 M

@@ -41,26 +41,7 @@ impl WordColumn {
 
     /// Read `len` words of `width` bits (the stored layout: `width` bits per element).
     pub(crate) fn read(r: &mut BitReader<'_>, len: usize, width: u32) -> Result<WordColumn, DecodeError> {
-        let need = len as u64 * width as u64;
-        if r.remaining_bits() < need {
-            return Err(DecodeError::Truncated {
-                needed: need.div_ceil(8) as usize,
-                available: (r.remaining_bits() / 8) as usize,
-            });
-        }
-        Ok(match width {
-            0 | 1 => {
-                let mut v = vec![0u64; len.div_ceil(64)];
-                for e in 0..len {
-                    v[e / 64] |= r.get(width)? << (e % 64);
-                }
-                WordColumn::Bits(v)
-            }
-            2..=32 => {
-                WordColumn::Narrow((0..len).map(|_| Ok(r.get(width)? as u32)).collect::<Result<_, _>>()?)
-            }
-            _ => WordColumn::Wide((0..len).map(|_| r.get(width)).collect::<Result<_, _>>()?),
-        })
+        Ok(WordColumn::new(gates::keyio::get_words(r, len, width)?, width))
     }
 
     /// Write the `len` words at `width` bits each (the layout [`WordColumn::read`] reads).
@@ -95,15 +76,7 @@ impl WordColumn {
 
     /// XOR each element's low bit into `out` (element `e` into `out[e]`).
     pub(crate) fn xor_low_bits(&self, out: &mut [u64]) {
-        match self {
-            WordColumn::Bits(v) => {
-                for (o, &word) in out.chunks_mut(64).zip(v) {
-                    o.iter_mut().enumerate().for_each(|(i, o)| *o ^= (word >> i) & 1);
-                }
-            }
-            WordColumn::Narrow(v) => out.iter_mut().zip(v).for_each(|(o, &x)| *o ^= x as u64 & 1),
-            WordColumn::Wide(v) => out.iter_mut().zip(v).for_each(|(o, &x)| *o ^= x & 1),
-        }
+        self.each_low_bit(out.len(), |e, bit| out[e] ^= bit);
     }
 
     /// `f(e, low bit of element e)` for the first `len` elements, in order.
