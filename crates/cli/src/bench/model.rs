@@ -37,7 +37,7 @@ impl NetChoice {
 #[derive(Args)]
 pub struct ModelBenchArgs {
     /// Model.
-    #[arg(long, value_enum, default_value = "bert-tiny")]
+    #[arg(long, default_value = "bert-tiny")]
     model: ModelName,
     /// Sequence length (the default text's tokens, repeated or cut).
     #[arg(long, default_value_t = 128)]

