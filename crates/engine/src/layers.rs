@@ -33,12 +33,32 @@ pub enum Impl {
 }
 
 impl Impl {
+    /// Both, FuseFSS first.
+    pub const ALL: [Impl; 2] = [Impl::Fusefss, Impl::Sigma];
+
     /// `"sigma"` or `"fusefss"`.
     pub fn name(self) -> &'static str {
         match self {
             Impl::Sigma => "sigma",
             Impl::Fusefss => "fusefss",
         }
+    }
+}
+
+impl std::fmt::Display for Impl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Impl {
+    type Err = String;
+
+    /// `"fusefss"` or `"sigma"`.
+    fn from_str(s: &str) -> Result<Impl, String> {
+        Impl::ALL.into_iter().find(|i| i.name() == s).ok_or_else(|| {
+            format!("unknown implementation {:?} (fusefss or sigma)", s.chars().take(32).collect::<String>())
+        })
     }
 }
 

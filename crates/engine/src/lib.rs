@@ -9,13 +9,11 @@
 //! | [`layers`] | what each node computes: local maps, and the gates of each [`Impl`] (SIGMA or FuseFSS) |
 //! | [`exec`] | dealer, plaintext reference, online server, client input sharing and output reconstruction |
 //! | [`run`] | one server's online phase over a message link; both servers in one process |
-//! | [`bundle`] | key bundles on disk (streamed) and the single-use key store |
 //!
 //! Every gate node runs over a whole tensor, so everything a layer computes in parallel
 //! (every element, every head) shares its rounds.
 
 pub mod blocks;
-pub mod bundle;
 pub mod error;
 pub mod exec;
 pub mod graph;

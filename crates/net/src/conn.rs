@@ -45,6 +45,12 @@ pub struct Conn {
     writer_error: Arc<Mutex<Option<String>>>,
     schedule: Option<Schedule>,
     timeout: Option<Duration>,
+    /// The largest frame [`Transport::recv`] accepts now.
+    max_frame: u64,
+    /// How long one frame may take from its first byte to its last.
+    frame_deadline: Option<Duration>,
+    /// When the frame being received must be complete.
+    frame_due: Option<Instant>,
     counters: Counters,
 }
 
@@ -78,17 +84,25 @@ impl Conn {
         timeout: Option<Duration>,
         sim: Option<NetSim>,
     ) -> Result<Conn, NetError> {
-        sock.set_read_timeout(timeout)?;
-        sock.set_write_timeout(timeout)?;
+        // The whole handshake within `timeout`, not each read: a peer that sends a byte now
+        // and then cannot hold the connection (reliability probe, defect 2).
+        let due = timeout.map(|t| Instant::now() + t);
+        let timed_out = || NetError::Timeout(timeout.unwrap_or_default());
         sock.set_nodelay(true)?;
         while conn.is_handshaking() {
+            if let Some(due) = due {
+                let left = due.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(timed_out());
+                }
+                sock.set_read_timeout(Some(left))?;
+                sock.set_write_timeout(Some(left))?;
+            }
             if let Err(e) = conn.complete_io(&mut sock) {
                 // Deliver our alert, if any, so that the peer learns why.
                 let _ = conn.write_tls(&mut sock);
                 return Err(match e.kind() {
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-                        NetError::Timeout(timeout.unwrap_or_default())
-                    }
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => timed_out(),
                     _ => e.into(),
                 });
             }
@@ -154,6 +168,9 @@ impl Conn {
             writer_error,
             schedule: sim.map(Schedule::new),
             timeout: None,
+            max_frame: MAX_MESSAGE,
+            frame_deadline: None,
+            frame_due: None,
             counters: Counters::default(),
         })
     }
@@ -173,6 +190,49 @@ impl Conn {
         let _ = self.sock.shutdown(Shutdown::Both);
     }
 
+    /// Accept frames of at most `bytes` from now on (a longer announcement is
+    /// [`NetError::TooLarge`] before any of its body is buffered); at most [`MAX_MESSAGE`].
+    pub fn set_max_frame(&mut self, bytes: u64) {
+        self.max_frame = bytes.min(MAX_MESSAGE);
+    }
+
+    /// Every frame must arrive whole within `limit` of its first byte (`None`: no limit),
+    /// however the peer paces it; the wait for a frame to begin is [`Transport::set_timeout`].
+    pub fn set_frame_deadline(&mut self, limit: Option<Duration>) {
+        self.frame_deadline = limit;
+    }
+
+    /// Whether the peer has closed the link or it failed, checked without waiting: bytes
+    /// already sent by the peer are kept for [`Transport::recv`].
+    pub fn peer_gone(&mut self) -> bool {
+        if self.eof || self.writer_failed().is_some() {
+            return true;
+        }
+        if self.sock.set_nonblocking(true).is_err() {
+            return true;
+        }
+        let due = self.frame_due.take();
+        let gone = loop {
+            match self.fill() {
+                Ok(()) if self.eof => break true,
+                Ok(()) => {}
+                Err(NetError::Timeout(_)) => break false,
+                Err(_) => break true,
+            }
+        };
+        let _ = self.sock.set_nonblocking(false);
+        self.frame_due = due;
+        gone
+    }
+
+    /// A shared handle on the socket, to shut it down from another thread.
+    ///
+    /// # Errors
+    /// A socket error.
+    pub fn socket(&self) -> Result<TcpStream, NetError> {
+        Ok(self.sock.try_clone()?)
+    }
+
     fn writer_failed(&self) -> Option<NetError> {
         let e = self.writer_error.lock().unwrap_or_else(PoisonError::into_inner).clone()?;
         Some(NetError::Io(std::io::Error::other(e)))
@@ -185,8 +245,8 @@ impl Conn {
             return Ok(None);
         }
         let len = u64::from_le_bytes(avail[..8].try_into().expect("8 bytes"));
-        if len > MAX_MESSAGE {
-            return Err(NetError::TooLarge(len, MAX_MESSAGE));
+        if len > self.max_frame {
+            return Err(NetError::TooLarge(len, self.max_frame));
         }
         let end = 8 + len as usize;
         if avail.len() < end {
@@ -206,6 +266,14 @@ impl Conn {
 
     /// Read from the socket once and add what it held to the plaintext buffer.
     fn fill(&mut self) -> Result<(), NetError> {
+        if let Some(due) = self.frame_due {
+            let left = due.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(NetError::Timeout(self.frame_deadline.unwrap_or_default()));
+            }
+            let wait = self.timeout.filter(|t| !t.is_zero()).map_or(left, |t| t.min(left));
+            let _ = self.sock.set_read_timeout(Some(wait));
+        }
         let n = match self.sock.read(&mut self.raw) {
             Ok(n) => n,
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
@@ -303,7 +371,17 @@ impl Transport for Conn {
             if let Some(msg) = self.take_frame()? {
                 self.counters.received_bytes += msg.len() as u64;
                 self.counters.received_messages += 1;
+                if self.frame_due.take().is_some() {
+                    let _ = self.sock.set_read_timeout(self.timeout.filter(|t| !t.is_zero()));
+                }
                 return Ok(msg);
+            }
+            // A frame has begun: from now on it must be complete by its deadline.
+            if self.frame_due.is_none()
+                && self.pos < self.inbuf.len()
+                && let Some(limit) = self.frame_deadline
+            {
+                self.frame_due = Some(Instant::now() + limit);
             }
             if self.eof {
                 return Err(if self.pos < self.inbuf.len() {
@@ -395,5 +473,41 @@ mod tests {
             Conn::plain(b, None).unwrap()
         };
         assert!(matches!(c2.recv(), Err(NetError::Malformed(_))));
+    }
+
+    #[test]
+    fn frames_over_the_limit_a_slow_drip_and_a_closed_peer_are_seen() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut raw = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let mut c = Conn::plain(s, None).unwrap();
+        // A frame announced over the limit is refused before its body arrives.
+        c.set_max_frame(100);
+        raw.write_all(&101u64.to_le_bytes()).unwrap();
+        assert!(matches!(c.recv(), Err(NetError::TooLarge(101, 100))));
+
+        let mut raw = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let mut c = Conn::plain(s, None).unwrap();
+        assert!(!c.peer_gone());
+        // A byte every 40 ms beats a 100 ms read timeout but not a 300 ms frame deadline.
+        c.set_timeout(Some(Duration::from_millis(100)));
+        c.set_frame_deadline(Some(Duration::from_millis(300)));
+        let drip = std::thread::spawn(move || {
+            raw.write_all(&100u64.to_le_bytes()).unwrap();
+            for _ in 0..30 {
+                std::thread::sleep(Duration::from_millis(40));
+                if raw.write_all(&[0]).is_err() {
+                    break;
+                }
+            }
+            raw
+        });
+        let t = Instant::now();
+        assert!(matches!(c.recv(), Err(NetError::Timeout(_))));
+        assert!(t.elapsed() < Duration::from_millis(800), "{:?}", t.elapsed());
+        drop(drip.join().unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(c.peer_gone());
     }
 }

@@ -84,6 +84,9 @@ fn key_path(dir: &Path, role: Role) -> PathBuf {
 /// [`NetError::Certificates`] if generation or writing fails.
 pub fn generate(dir: &Path) -> Result<(), NetError> {
     std::fs::create_dir_all(dir).map_err(|e| cert_err(dir, e))?;
+    #[cfg(unix)]
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .map_err(|e| cert_err(dir, e))?;
     for role in Role::ALL {
         let ck = rcgen::generate_simple_self_signed(vec![format!("fusefss-{}", role.name())])
             .map_err(|e| cert_err(dir, e))?;
@@ -95,13 +98,19 @@ pub fn generate(dir: &Path) -> Result<(), NetError> {
     Ok(())
 }
 
+/// Write a private key readable by its owner only, whatever the umask, also when the file
+/// exists already with wider permissions (reliability probe, defect 8).
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let mut o = std::fs::OpenOptions::new();
     o.write(true).create(true).truncate(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
-    o.open(path)?.write_all(bytes)
+    let mut f = o.open(path)?;
+    #[cfg(unix)]
+    f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    f.write_all(bytes)?;
+    f.sync_all()
 }
 
 /// The certificate of `role` in `dir`.

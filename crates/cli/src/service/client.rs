@@ -14,7 +14,10 @@ use net::tls::{self, Role};
 use net::{Conn, Transport};
 use serde::Serialize;
 
-use super::proto::{Answer, Descriptor, Msg, hex};
+use service::Shape;
+use service::client::ClientQuery;
+use service::proto::{Msg, limits, tag};
+
 use crate::model::{Loaded, ModelName, load};
 
 /// Arguments of `fusefss query`.
@@ -94,45 +97,32 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
     rng.fill_bytes(&mut id);
     let layers = loaded.layers();
     let timeout = Duration::from_secs(a.timeout.max(1));
+    let g = loaded.graph(a.seq)?;
+    let out_len = g.shape(g.output).len();
+    let shape = Shape { model: a.model, seq: a.seq as u32, layers: Some(layers as u32) };
+    let (mut q, msgs) = ClientQuery::new(id, shape, [x0, x1], out_len);
     let me = std::sync::Arc::new(me);
     let (tx, rx) = std::sync::mpsc::channel();
-    for (party, share) in [(0u8, x0), (1u8, x1)] {
+    for (party, msgs) in [0u8, 1].into_iter().zip(msgs) {
         let (addr, dir, me, tx) = (a.servers[party as usize].clone(), a.tls.clone(), me.clone(), tx.clone());
-        let q = Msg::Query {
-            id,
-            model: a.model.name().into(),
-            seq: a.seq as u32,
-            layers: Some(layers as u32),
-            share,
-        };
         std::thread::spawn(move || {
-            let _ = tx.send((party, ask(party, &addr, &dir, &me, &q, timeout)));
+            let _ = tx.send((party, ask(party, &addr, &dir, &me, &msgs, out_len, timeout)));
         });
     }
     drop(tx);
     // Both servers at once; the first failure ends the query.
-    let mut answers: [Option<Answer>; 2] = [None, None];
     for (party, r) in rx.iter().take(2) {
-        match r {
-            Ok(ans) => answers[party as usize] = Some(ans),
-            Err(e) => return Err(e.context(format!("query {} failed", &hex(&id)[..8]))),
-        }
+        let reply = r.with_context(|| format!("query {} failed", tag(&id)))?;
+        q.on_reply(party, &reply).with_context(|| format!("query {} failed", tag(&id)))?;
     }
-    let [Some(a0), Some(a1)] = answers else { bail!("a server did not answer") };
-    if a0.bundle != a1.bundle || a0.share.len() != a1.share.len() || a0.n != a1.n {
-        bail!("the servers answered with different bundles or shapes ({} vs {})", a0.bundle, a1.bundle);
-    }
-    let desc = Descriptor::parse(&a0.descriptor).map_err(anyhow::Error::msg)?;
+    let reply = q.finish().with_context(|| format!("query {} failed", tag(&id)))?;
+    let [a0, a1] = &reply.answers;
+    let desc = reply.descriptor;
     let n = a0.n;
-    let y = engine::reconstruct(&a0.share, &a1.share, n);
+    let y = reply.output.clone();
     let output: Vec<f64> = y.iter().map(|&v| dequantize(v, a0.f, n)).collect();
     let matches = if a.check {
-        let imp = match desc.imp.as_str() {
-            "sigma" => engine::Impl::Sigma,
-            _ => engine::Impl::Fusefss,
-        };
-        let g = loaded.graph(a.seq)?;
-        let gates = engine::build(&g, imp)?;
+        let gates = engine::build(&g, desc.imp)?;
         Some(engine::plain(&g, &gates, &x) == y)
     } else {
         None
@@ -148,7 +138,7 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
         model: a.model.name(),
         seq: a.seq,
         layers,
-        implementation: desc.imp.clone(),
+        implementation: desc.imp.name().into(),
         bundle: a0.bundle.clone(),
         n,
         f: a0.f,
@@ -188,15 +178,17 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Send the query to server `party` and wait for its answer.
+/// Send the query to server `party` and wait for its reply (the answer frame is limited
+/// by the output's size).
 fn ask(
     party: u8,
     addr: &str,
     dir: &std::path::Path,
     me: &tls::Identity,
-    q: &Msg,
+    msgs: &[Msg; 2],
+    out_len: usize,
     timeout: Duration,
-) -> anyhow::Result<Answer> {
+) -> anyhow::Result<Vec<u8>> {
     let cert = tls::load_cert(dir, Role::server(party))?;
     let cfg = tls::client_config(me, cert)?;
     let sa = addr
@@ -209,13 +201,11 @@ fn ask(
     let mut c = Conn::tls(sock, tls::client_connection(cfg)?, Some(Duration::from_secs(10)), None)
         .with_context(|| format!("TLS with server {party} at {addr}"))?;
     c.set_timeout(Some(timeout));
-    c.send(&q.encode())?;
-    let reply = c.recv().with_context(|| format!("waiting for server {party} at {addr}"))?;
-    match Msg::decode(&reply).map_err(anyhow::Error::msg)? {
-        Msg::Answer(ans) => Ok(ans),
-        Msg::Failed(why) => bail!("server {party}: {why}"),
-        _ => bail!("server {party} sent an unexpected message"),
+    c.set_max_frame(limits::answer(out_len));
+    for m in msgs {
+        c.send(&m.encode())?;
     }
+    c.recv().with_context(|| format!("waiting for server {party} at {addr}"))
 }
 
 /// Token ids from `--text` or `--input`, cut or repeated to `--seq`.

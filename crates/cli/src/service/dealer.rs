@@ -6,12 +6,12 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use engine::bundle::{BundleHeader, BundleId, BundleWriter, fingerprint};
 use fss::Party;
 use fss::rng::Rng;
 use indicatif::{ProgressBar, ProgressStyle};
+use service::Descriptor;
+use service::bundle::{BundleHeader, BundleId, BundleWriter, fingerprint};
 
-use super::proto::Descriptor;
 use crate::model::{ModelName, load};
 
 /// Arguments of `fusefss dealer`.
@@ -64,16 +64,13 @@ pub fn run(a: DealerArgs) -> anyhow::Result<()> {
     let g = loaded.graph(a.seq)?;
     let imp = a.implementation.imp();
     let gates = engine::build(&g, imp)?;
-    let desc = Descriptor {
-        model: a.model.name().into(),
-        seq: a.seq as u32,
-        layers: loaded.layers() as u32,
-        imp: imp.name().into(),
-    };
+    let desc = Descriptor { model: a.model, seq: a.seq as u32, layers: loaded.layers() as u32, imp };
     let fp = fingerprint(&g, imp);
     let dirs = [a.out.join("party0"), a.out.join("party1")];
-    for d in &dirs {
-        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    // Private folders (0700, files 0600 whatever the umask), each marked with its party.
+    service::private::create_dir(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    for (d, party) in dirs.iter().zip([Party::P0, Party::P1]) {
+        service::store::prepare(d, party).with_context(|| format!("preparing {}", d.display()))?;
     }
     let tls = a.out.join("tls");
     if !tls.join("client.pem").exists() {
@@ -106,7 +103,7 @@ pub fn run(a: DealerArgs) -> anyhow::Result<()> {
             party,
             id,
             fingerprint: fp,
-            descriptor: desc.render(),
+            descriptor: desc.to_string(),
             sections: 2 + g.gates() as u32,
         };
         let mut w0 = BundleWriter::create(&dirs[0], &g, &header(Party::P0))?;

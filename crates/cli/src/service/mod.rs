@@ -1,6 +1,7 @@
-//! Deployment: the dealer, the two servers and the client as separate processes.
+//! Deployment: the dealer, the two servers and the client as separate processes, the
+//! runtime around the `service` crate's protocol.
 
 pub mod client;
 pub mod dealer;
-pub mod proto;
+mod listen;
 pub mod server;

@@ -1,31 +1,45 @@
-//! `fusefss serve`: one server. It answers queries one after another with fresh key
-//! bundles, streamed from disk; party 0 dials party 1 and leads, party 1 follows.
+//! `fusefss serve`: one server, the runtime around `service`'s state machines. It owns the
+//! sockets, the threads and the deadlines; what a query may do when is decided by
+//! [`service::leader`] (party 0) and [`service::follower`] (party 1).
 //!
-//! Per query: party 0 takes its lowest unused bundle, marks it used durably, and asks
-//! party 1 to run the client's query with the same bundle; party 1 checks and marks it used
-//! too, then both run the online phase over their link and send their output shares to the
-//! client. Any failure ends the query with an error to the client, drops the server link
-//! (party 0 reconnects for the next query) and never puts a bundle back.
+//! Threads: one accept loop per listener ([`super::listen`], bounded pending connections);
+//! one short-lived thread per pending connection (TLS handshake, then the query's shape and
+//! share, each frame limited before it is read); and the main thread, which holds the key
+//! store and the server link and runs one query at a time.
+//!
+//! Per query, party 0 proposes its lowest unused bundle for the query's shape; party 1
+//! accepts only when it holds the client's half of the same query and the same unused
+//! bundle. Only then does party 0 mark the bundle used (after checking that the client is
+//! still there), send `Begin`, and party 1 mark it used and answer `Ready`. A query whose
+//! other half never arrives, whose client leaves, or that finds the servers busy ends with
+//! an error and spends no bundle; a failure after `Begin` spends the bundle and drops the
+//! server link. A dead link is found by the proposal itself and re-established before any
+//! bundle is touched.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use engine::bundle::{BundleHeader, BundleId, BundleReader, Store, read_header};
-use engine::{DynGate, Graph, Impl, run_party};
+use engine::run_party;
 use fss::Party;
 use gates::GateError;
 use net::tls::{self, Role};
 use net::{Conn, NetError, Transport};
+use rustls::pki_types::CertificateDer;
+use service::bundle::{BundleHeader, BundleId, BundleReader, read_header};
+use service::follower::{Follower, Rejection};
+use service::leader::{Proposal, Verdict};
+use service::proto::{Answer, Msg, QueryHead, limits, reason, tag};
+use service::queue::{Half, Limits, Queue};
+use service::{Catalog, Descriptor, Program, Programs, Shape, Store, text};
 
-use super::proto::{Answer, Descriptor, Msg, hex};
-use crate::model::{ModelName, load};
+use super::listen::{Pending, Ticket, accept_loop};
 
 /// Arguments of `fusefss serve`.
 #[derive(Args)]
@@ -33,13 +47,17 @@ pub struct ServeArgs {
     /// Which server this is: 0 or 1.
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=1))]
     party: u8,
-    /// Its key store: the dealer's OUT/party0 or OUT/party1.
+    /// Its key store: the dealer's OUT/party0 or OUT/party1 (locked while the server runs).
     #[arg(long)]
     dir: PathBuf,
-    /// Address to listen on for the client (and, on party 1, for party 0); port 0 picks a
-    /// free port and prints it.
+    /// Address to listen on for clients (and, on party 1 without --peer-listen, for party
+    /// 0); port 0 picks a free port and prints it.
     #[arg(long)]
     listen: String,
+    /// Party 1: a separate address for party 0's link, so that client connections never
+    /// compete with it (party 0's --peer then names this address).
+    #[arg(long)]
+    peer_listen: Option<String>,
     /// The other server's address: party 0 connects to it; party 1 only reports it.
     #[arg(long)]
     peer: String,
@@ -47,128 +65,212 @@ pub struct ServeArgs {
     /// certificates.
     #[arg(long)]
     tls: PathBuf,
-    /// Seconds to wait for a peer's message before a query fails.
+    /// Seconds the online phase waits for a message from the other server.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
-}
-
-/// A program the server can run: built from a bundle's descriptor.
-struct Program {
-    g: Graph,
-    gates: Vec<Option<Box<dyn DynGate>>>,
-    imp: Impl,
-    desc: Descriptor,
+    /// Seconds for a control message between the servers (a proposal's answer, a dial).
+    #[arg(long, default_value_t = 5)]
+    control_timeout: u64,
+    /// Seconds a new connection has for its TLS handshake and its query.
+    #[arg(long, default_value_t = 10)]
+    handshake_timeout: u64,
+    /// Connections at most in their handshake at once (past it the oldest is closed).
+    #[arg(long, default_value_t = 32)]
+    max_pending: usize,
+    /// Queries at most waiting to run (past it a query is refused as busy).
+    #[arg(long, default_value_t = 16)]
+    max_queue: usize,
+    /// Seconds party 0 tries to pair a query with its half at party 1 before failing it
+    /// (no bundle is spent).
+    #[arg(long, default_value_t = 10)]
+    pair_timeout: u64,
 }
 
 enum Event {
-    Client { conn: Conn, id: [u8; 16], model: String, seq: u32, layers: Option<u32>, share: Vec<u64> },
+    Client(Half<Conn>),
     Peer(Conn),
-}
-
-struct Pending {
-    conn: Conn,
-    model: String,
-    seq: u32,
-    layers: Option<u32>,
-    share: Vec<u64>,
-    since: Instant,
 }
 
 struct Server {
     party: Party,
     store: Store,
-    programs: HashMap<String, Result<Arc<Program>, String>>,
+    programs: Programs,
     timeout: Duration,
+    control: Duration,
     peer: Option<Conn>,
     peer_addr: String,
     client_cfg: Arc<rustls::ClientConfig>,
 }
 
-fn say(party: Party, msg: impl std::fmt::Display) {
+/// Print one log line for `party`.
+pub fn say(party: u8, msg: impl std::fmt::Display) {
     let mut o = std::io::stdout().lock();
-    let _ = writeln!(o, "[party {}] {msg}", party.bit());
+    let _ = writeln!(o, "[party {party}] {msg}");
     let _ = o.flush();
+}
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s.max(1))
 }
 
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let party = if a.party == 0 { Party::P0 } else { Party::P1 };
+    if a.peer_listen.is_some() && party == Party::P0 {
+        bail!("--peer-listen is for party 1 (party 0 dials --peer)");
+    }
+    // The store first: a second server on the same folder stops here (defect 1), and so
+    // does a server given the other party's folder (defect 7).
+    let store =
+        Store::open(&a.dir, party).with_context(|| format!("opening the key store {}", a.dir.display()))?;
     let me = tls::load_identity(&a.tls, Role::server(a.party))?;
     let other = tls::load_cert(&a.tls, Role::server(1 - a.party))?;
     let client = tls::load_cert(&a.tls, Role::Client)?;
     let server_cfg = tls::server_config(&me, vec![client.clone(), other.clone()])?;
     let client_cfg = tls::client_config(&me, other.clone())?;
-    let store = Store::open(&a.dir).with_context(|| format!("opening the key store {}", a.dir.display()))?;
-    let timeout = Duration::from_secs(a.timeout.max(1));
+    let limits =
+        Limits { queue: a.max_queue.max(1), pair_timeout: secs(a.pair_timeout), ..Limits::default() };
     let mut s = Server {
         party,
         store,
-        programs: HashMap::new(),
-        timeout,
+        programs: Programs::default(),
+        timeout: secs(a.timeout),
+        control: secs(a.control_timeout),
         peer: None,
         peer_addr: a.peer.clone(),
         client_cfg,
     };
     s.report_store()?;
-    let listener = TcpListener::bind(&a.listen).with_context(|| format!("listening on {}", a.listen))?;
-    say(party, format!("listening on {}", listener.local_addr()?));
+    let handshake = secs(a.handshake_timeout);
     let (tx, rx) = channel();
-    std::thread::spawn(move || accept_loop(listener, server_cfg, client, other, timeout, party, tx));
+    let conn_cfg = ConnCfg { server_cfg, client, other, handshake, party, catalog: s.programs.catalog() };
+    let listener = TcpListener::bind(&a.listen).with_context(|| format!("listening on {}", a.listen))?;
+    s.say(format!("listening on {}", listener.local_addr()?));
+    let peer_on_main = party == Party::P1 && a.peer_listen.is_none();
+    spawn_listener(
+        listener,
+        a.max_pending,
+        conn_cfg.clone(),
+        Accepts { clients: true, peer: peer_on_main },
+        &tx,
+    );
+    if let Some(addr) = &a.peer_listen {
+        let l = TcpListener::bind(addr).with_context(|| format!("listening on {addr}"))?;
+        s.say(format!("listening for party 0 on {}", l.local_addr()?));
+        spawn_listener(l, 2, conn_cfg, Accepts { clients: false, peer: true }, &tx);
+    }
+    drop(tx);
     match party {
-        Party::P0 => s.lead(rx),
-        Party::P1 => s.follow(rx),
+        Party::P0 => s.lead(rx, limits),
+        Party::P1 => s.follow(rx, limits),
     }
 }
 
-fn accept_loop(
-    listener: TcpListener,
-    cfg: Arc<rustls::ServerConfig>,
-    client: rustls::pki_types::CertificateDer<'static>,
-    other: rustls::pki_types::CertificateDer<'static>,
-    timeout: Duration,
+#[derive(Clone, Copy)]
+struct Accepts {
+    clients: bool,
+    peer: bool,
+}
+
+#[derive(Clone)]
+struct ConnCfg {
+    server_cfg: Arc<rustls::ServerConfig>,
+    client: CertificateDer<'static>,
+    other: CertificateDer<'static>,
+    handshake: Duration,
     party: Party,
-    tx: Sender<Event>,
-) {
-    for sock in listener.incoming() {
-        let Ok(sock) = sock else { continue };
-        let (cfg, client, other, tx) = (cfg.clone(), client.clone(), other.clone(), tx.clone());
-        std::thread::spawn(move || {
-            let from = sock.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-            let conn = match tls::server_connection(cfg).and_then(|c| Conn::tls(sock, c, Some(timeout), None))
-            {
-                Ok(c) => c,
-                Err(e) => return say(party, format!("refused a connection from {from}: {e}")),
-            };
-            let cert = conn.peer_certificate().cloned();
-            if cert.as_ref() == Some(&other) {
-                if party == Party::P0 {
-                    return say(party, "party 1 connected, but party 0 dials: closed");
-                }
-                let _ = tx.send(Event::Peer(conn));
-                return;
+    catalog: Catalog,
+}
+
+fn spawn_listener(l: TcpListener, max: usize, cfg: ConnCfg, accepts: Accepts, tx: &Sender<Event>) {
+    let tx = tx.clone();
+    let pending = Pending::new(max, cfg.handshake);
+    let party = cfg.party.bit();
+    let handle = Arc::new(move |sock: TcpStream, ticket: Ticket| {
+        if let Some(ev) = establish(sock, &cfg, accepts) {
+            ticket.release();
+            let _ = tx.send(ev);
+        }
+    });
+    std::thread::spawn(move || accept_loop(l, pending, party, handle));
+}
+
+/// TLS, then who it is; for a client, its query's shape and share, each frame limited
+/// before it is read (defect 4) and all of it within the handshake deadline.
+fn establish(sock: TcpStream, cfg: &ConnCfg, accepts: Accepts) -> Option<Event> {
+    let party = cfg.party.bit();
+    let from = sock.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let mut conn = match tls::server_connection(cfg.server_cfg.clone())
+        .and_then(|c| Conn::tls(sock, c, Some(cfg.handshake), None))
+    {
+        Ok(c) => c,
+        Err(e) => {
+            if !matches!(e, NetError::Timeout(_) | NetError::Closed | NetError::Io(_)) {
+                say(party, format!("refused a connection from {from}: {}", reason(&e.to_string())));
             }
-            if cert.as_ref() != Some(&client) {
-                return;
-            }
-            let mut conn = conn;
-            let msg = match conn.recv() {
-                Ok(b) => Msg::decode(&b),
-                Err(e) => return say(party, format!("the client at {from} sent no query: {e}")),
-            };
-            match msg {
-                Ok(Msg::Query { id, model, seq, layers, share }) => {
-                    let _ = tx.send(Event::Client { conn, id, model, seq, layers, share });
-                }
-                Ok(_) => {
-                    let _ = conn.send(&Msg::Failed("expected a query".into()).encode());
-                    say(party, format!("a client at {from} sent something other than a query"));
-                }
-                Err(e) => {
-                    let _ = conn.send(&Msg::Failed(format!("malformed query: {e}")).encode());
-                    say(party, format!("malformed message from the client at {from}: {e}"));
-                }
-            }
-        });
+            return None;
+        }
+    };
+    conn.set_max_frame(limits::CONTROL);
+    conn.set_frame_deadline(Some(cfg.handshake));
+    conn.set_timeout(Some(cfg.handshake));
+    let cert = conn.peer_certificate().cloned();
+    if cert.as_ref() == Some(&cfg.other) {
+        if cfg.party == Party::P0 || !accepts.peer {
+            say(party, "the other server connected where it should not: closed");
+            return None;
+        }
+        return Some(Event::Peer(conn));
     }
+    if cert.as_ref() != Some(&cfg.client) || !accepts.clients {
+        return None;
+    }
+    let fail = |conn: &mut Conn, why: String| {
+        say(party, format!("a client at {from}: {}", reason(&why)));
+        let _ = conn.send(&Msg::Failed(why).encode());
+        None
+    };
+    let head =
+        match conn.recv().map_err(|e| e.to_string()).and_then(|b| Msg::decode(&b).map_err(|e| e.to_string()))
+        {
+            Ok(Msg::Query(h)) => h,
+            Ok(m) => return fail(&mut conn, format!("expected a query, got {}", m.name())),
+            Err(e) => return fail(&mut conn, format!("no query: {e}")),
+        };
+    let shape = match shape_of(&head) {
+        Ok(s) => s,
+        Err(e) => return fail(&mut conn, e),
+    };
+    let Some(words) = cfg.catalog.input_len(&shape) else {
+        let served = cfg.catalog.served();
+        let what = if served.is_empty() {
+            "no bundles".into()
+        } else {
+            format!("bundles for {}", served.join(", "))
+        };
+        return fail(&mut conn, format!("no key bundle for {shape} on this server: it holds {what}"));
+    };
+    conn.set_max_frame(limits::share(words));
+    let share =
+        match conn.recv().map_err(|e| e.to_string()).and_then(|b| Msg::decode(&b).map_err(|e| e.to_string()))
+        {
+            Ok(Msg::Share(v)) if v.len() == words => v,
+            Ok(Msg::Share(v)) => {
+                return fail(&mut conn, format!("the input has {} values; {shape} takes {words}", v.len()));
+            }
+            Ok(m) => return fail(&mut conn, format!("expected the input share, got {}", m.name())),
+            Err(e) => return fail(&mut conn, format!("no input share: {e}")),
+        };
+    conn.set_max_frame(limits::CONTROL);
+    conn.set_frame_deadline(None);
+    Some(Event::Client(Half { head, shape, share, client: conn, arrived: Instant::now() }))
+}
+
+fn shape_of(h: &QueryHead) -> Result<Shape, String> {
+    let model = h.model.parse().map_err(|e: models::registry::UnknownModel| e.to_string())?;
+    if h.seq == 0 {
+        return Err("the sequence length is 0".into());
+    }
+    Ok(Shape { model, seq: h.seq, layers: h.layers })
 }
 
 fn transport(e: NetError) -> GateError {
@@ -178,21 +280,30 @@ fn transport(e: NetError) -> GateError {
     })
 }
 
+/// Tell a client its query failed.
+fn fail_client(party: Party, mut h: Half<Conn>, why: &str) {
+    say(party.bit(), format!("query {} failed: {}", tag(&h.id()), reason(why)));
+    let _ = h.client.send(&Msg::Failed(why.to_string()).encode());
+}
+
 impl Server {
     fn say(&self, msg: impl std::fmt::Display) {
-        say(self.party, msg);
+        say(self.party.bit(), msg);
     }
 
-    /// Report what the store holds, and check every descriptor builds.
+    /// Report what the store holds, and build the program of every descriptor in it.
     fn report_store(&mut self) -> anyhow::Result<()> {
         let scan = self.store.scan()?;
         for id in &scan.spent {
             self.say(format!("bundle {id} was already used (an interrupted query): refused and deleted"));
         }
-        for (p, e) in &scan.bad {
-            self.say(format!("ignoring {}: {e}", p.display()));
+        for (id, e) in &scan.undeletable {
+            self.say(format!("bundle {id} is used but cannot be deleted: {e}"));
         }
-        let mut by_desc: HashMap<String, usize> = HashMap::new();
+        for (p, e) in &scan.bad {
+            self.say(format!("ignoring {}: {}", p.display(), reason(e)));
+        }
+        let mut by_desc: BTreeMap<String, usize> = BTreeMap::new();
         for (_, h) in &scan.ready {
             *by_desc.entry(h.descriptor.clone()).or_default() += 1;
         }
@@ -202,159 +313,296 @@ impl Server {
                 self.store.dir().display()
             ));
         }
-        let mut descs: Vec<_> = by_desc.into_iter().collect();
-        descs.sort();
-        for (d, k) in descs {
-            match self.program(&d) {
+        for (d, k) in by_desc {
+            match d.parse::<Descriptor>().map_err(|e| e.to_string()).and_then(|d| self.programs.get(d)) {
                 Ok(p) => self.say(format!("{k} bundle(s) ready for {}", p.desc.human())),
-                Err(e) => self.say(format!("{k} bundle(s) for {d} cannot be served: {e}")),
+                Err(e) => {
+                    self.say(format!("{k} bundle(s) for {} cannot be served: {}", text::clean(&d, 120), e))
+                }
             }
         }
         Ok(())
     }
 
-    fn program(&mut self, descriptor: &str) -> Result<Arc<Program>, String> {
-        self.programs
-            .entry(descriptor.to_string())
-            .or_insert_with(|| build_program(descriptor).map(Arc::new).map_err(|e| format!("{e:#}")))
-            .clone()
+    /// Build the programs of bundles added since the last look (a dealer run while the
+    /// server is up), so that connections accept their shapes.
+    fn refresh(&mut self, last: &mut Instant) {
+        if last.elapsed() < Duration::from_secs(5) {
+            return;
+        }
+        *last = Instant::now();
+        if let Ok(scan) = self.store.scan() {
+            let descs: std::collections::BTreeSet<String> =
+                scan.ready.into_iter().map(|(_, h)| h.descriptor).collect();
+            for d in descs {
+                if let Ok(d) = d.parse::<Descriptor>() {
+                    let _ = self.programs.get(d);
+                }
+            }
+        }
     }
 
-    /// The lowest unused bundle for the query's model and shape.
-    fn pick(
-        &mut self,
-        model: &str,
-        seq: u32,
-        layers: Option<u32>,
-    ) -> Result<(PathBuf, BundleHeader), String> {
+    /// Retire a bundle that can never run: marked used, then deleted.
+    fn retire(&mut self, id: BundleId) {
+        let _ = self.store.consume(id);
+        self.discard(id);
+    }
+
+    fn discard(&mut self, id: BundleId) {
+        if let Err(e) = self.store.discard(&id) {
+            self.say(format!("bundle {id} is used but its file stays: {e}"));
+        }
+    }
+
+    /// The lowest unused bundle for `shape`, with its program.
+    fn pick(&mut self, shape: &Shape) -> Result<(PathBuf, BundleHeader, Arc<Program>), String> {
         let scan = self.store.scan().map_err(|e| e.to_string())?;
         let mut others = vec![];
         for (p, h) in scan.ready {
-            match Descriptor::parse(&h.descriptor) {
-                Ok(d) if d.serves(model, seq, layers) => return Ok((p, h)),
+            match h.descriptor.parse::<Descriptor>() {
+                Ok(d) if d.serves(shape) => match self.programs.get(d) {
+                    Ok(prog) => return Ok((p, h, prog)),
+                    Err(e) => others.push(format!("{} (cannot be served: {e})", d.human())),
+                },
                 Ok(d) => others.push(d.human()),
                 Err(_) => {}
             }
         }
-        let want =
-            format!("{model} at seq {seq}{}", layers.map(|l| format!(" ({l} layers)")).unwrap_or_default());
         others.sort();
         others.dedup();
         Err(if others.is_empty() {
-            format!("no key bundle left for {want}: run `fusefss dealer` to make more")
+            format!("no key bundle left for {shape}: run `fusefss dealer` to make more")
         } else {
-            format!("no key bundle for {want}: this server holds bundles for {}", others.join(", "))
+            format!("no key bundle for {shape}: this server holds bundles for {}", others.join(", "))
         })
     }
 
-    fn dial(&mut self) -> Result<&mut Conn, String> {
-        if self.peer.is_none() {
-            let addr = self
-                .peer_addr
-                .to_socket_addrs()
-                .map_err(|e| format!("party 1 address {}: {e}", self.peer_addr))?
-                .next()
-                .ok_or_else(|| format!("party 1 address {} resolves to nothing", self.peer_addr))?;
-            let sock = TcpStream::connect_timeout(&addr, self.timeout)
-                .map_err(|e| format!("cannot reach party 1 at {addr}: {e}"))?;
-            let c = tls::client_connection(self.client_cfg.clone())
-                .and_then(|c| Conn::tls(sock, c, Some(self.timeout), None))
-                .map_err(|e| format!("TLS with party 1 at {addr}: {e}"))?;
-            self.say(format!("connected to party 1 at {addr}"));
-            self.peer = Some(c);
+    /// The link to party 1, dialled if there is none; `true` if it was just dialled.
+    fn link(&mut self) -> Result<bool, String> {
+        if self.peer.is_some() {
+            return Ok(false);
         }
-        Ok(self.peer.as_mut().expect("connected"))
+        let addr = self
+            .peer_addr
+            .to_socket_addrs()
+            .map_err(|e| format!("party 1 address {}: {e}", self.peer_addr))?
+            .next()
+            .ok_or_else(|| format!("party 1 address {} resolves to nothing", self.peer_addr))?;
+        let sock = TcpStream::connect_timeout(&addr, self.control)
+            .map_err(|e| format!("cannot reach party 1 at {addr}: {e}"))?;
+        let mut c = tls::client_connection(self.client_cfg.clone())
+            .and_then(|c| Conn::tls(sock, c, Some(self.control), None))
+            .map_err(|e| format!("TLS with party 1 at {addr}: {e}"))?;
+        c.set_max_frame(limits::CONTROL);
+        self.say(format!("connected to party 1 at {addr}"));
+        self.peer = Some(c);
+        Ok(true)
     }
 
-    /// Party 0: one query per client connection, in arrival order.
-    fn lead(mut self, rx: Receiver<Event>) -> anyhow::Result<()> {
-        for ev in rx {
-            let Event::Client { mut conn, id, model, seq, layers, share } = ev else { continue };
-            let t = Instant::now();
-            let reply = match self.lead_query(id, &model, seq, layers, &share) {
-                Ok(a) => {
-                    self.say(format!(
-                        "query {}: bundle {}, online {:.0} ms, {} rounds, {:.2} MB ({:.0} ms in all)",
-                        &hex(&id)[..8],
-                        a.bundle,
-                        a.online_ms,
-                        a.rounds,
-                        a.comm_bytes as f64 / 1e6,
-                        t.elapsed().as_secs_f64() * 1e3
-                    ));
-                    Msg::Answer(a)
-                }
-                Err(e) => {
-                    self.say(format!("query {} failed: {e}", &hex(&id)[..8]));
-                    Msg::Failed(e)
-                }
-            };
-            let _ = conn.send(&reply.encode());
-        }
-        bail!("the listener stopped")
-    }
-
-    fn lead_query(
-        &mut self,
-        qid: [u8; 16],
-        model: &str,
-        seq: u32,
-        layers: Option<u32>,
-        share: &[u64],
-    ) -> Result<Answer, String> {
-        let (path, header) = self.pick(model, seq, layers)?;
-        let id = header.id;
-        let prog = self.program(&header.descriptor)?;
-        if share.len() != prog.g.input.len() {
-            return Err(format!(
-                "the input has {} values; {} takes {}",
-                share.len(),
-                prog.desc.human(),
-                prog.g.input.len()
-            ));
-        }
-        let mut keys = match BundleReader::open(&path, &prog.g, prog.imp, self.party) {
-            Ok(k) => k,
-            Err(e) => {
-                // Unusable: never offer it again.
-                let _ = self.store.consume(id);
-                self.store.discard(&id);
-                return Err(format!("bundle {id}: {e}"));
-            }
-        };
-        self.dial()?;
-        self.store.consume(id).map_err(|e| e.to_string())?;
-        let begin = Msg::Begin { query: qid, bundle: id, fingerprint: header.fingerprint }.encode();
-        let timeout = self.timeout;
-        let peer = self.peer.as_mut().expect("dialled");
-        peer.set_timeout(Some(timeout));
-        let reply = peer.send(&begin).and_then(|()| peer.recv());
-        match reply.map_err(|e| e.to_string()).and_then(|b| Msg::decode(&b)) {
-            Ok(Msg::Ready) => {}
-            Ok(Msg::Refuse(why)) => {
-                self.store.discard(&id);
-                return Err(format!("party 1 refused bundle {id}: {why}"));
-            }
-            Ok(_) => {
-                self.fail_link(&id);
-                return Err("party 1 answered out of turn".into());
-            }
-            Err(e) => {
-                self.fail_link(&id);
-                return Err(format!("party 1 did not confirm the bundle: {e}"));
-            }
-        }
-        self.online(&prog, &mut keys, share, id)
-    }
-
-    fn fail_link(&mut self, id: &BundleId) {
+    fn drop_link(&mut self) {
         if let Some(p) = self.peer.take() {
             p.abort();
         }
-        self.store.discard(id);
     }
 
-    /// The online phase over the server link; the bundle is deleted whatever happens.
+    /// Send a control message to party 1 and wait for its answer, within the control
+    /// timeout. A link that fails here had not been used for this query: it is dropped,
+    /// dialled again once, and the message resent (defect 6).
+    fn ask(&mut self, m: &Msg) -> Result<Msg, String> {
+        for attempt in 0..2 {
+            let fresh = self.link()?;
+            let control = self.control;
+            let peer = self.peer.as_mut().expect("linked");
+            peer.set_timeout(Some(control));
+            peer.set_frame_deadline(Some(control));
+            let r = peer.send(&m.encode()).and_then(|()| peer.recv());
+            match r {
+                Ok(b) => {
+                    return Msg::decode(&b).map_err(|e| format!("party 1 sent a malformed message: {e}"));
+                }
+                Err(e) => {
+                    self.drop_link();
+                    if fresh || attempt == 1 {
+                        return Err(format!("party 1 did not answer: {e}"));
+                    }
+                    self.say(format!("the link to party 1 is dead ({e}): reconnecting"));
+                }
+            }
+        }
+        unreachable!("two attempts")
+    }
+
+    /// Tell party 1 that a query will not run (best effort; nothing was spent).
+    fn withdraw(&mut self, h: &Half<Conn>, why: &str) {
+        if let Some(p) = self.peer.as_mut() {
+            let m = Msg::Withdraw { query: h.id(), reason: why.to_string() };
+            if p.send(&m.encode()).is_err() {
+                self.drop_link();
+            }
+        }
+    }
+
+    /// Party 0: queries in arrival order, each started only when both halves are paired.
+    fn lead(mut self, rx: Receiver<Event>, limits: Limits) -> anyhow::Result<()> {
+        let mut queue: Queue<Conn> = Queue::leader(limits);
+        let mut looked = Instant::now();
+        loop {
+            if queue.is_empty() {
+                self.refresh(&mut looked);
+            }
+            let now = Instant::now();
+            let wait =
+                queue.next_due().map_or(Duration::from_millis(200), |t| t.saturating_duration_since(now));
+            match rx.recv_timeout(wait.min(Duration::from_millis(200))) {
+                Ok(Event::Client(h)) => {
+                    if let Err(e) = queue.admit(h) {
+                        let (h, why) = *e;
+                        fail_client(self.party, h, &why.to_string());
+                    }
+                    continue;
+                }
+                Ok(Event::Peer(_)) => continue,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => bail!("the listener stopped"),
+            }
+            let now = Instant::now();
+            for h in queue.expired(now) {
+                let why = format!(
+                    "the query reached party 0 only: its other half did not come to party 1 within {} s (no key was used)",
+                    limits.pair_timeout.as_secs()
+                );
+                self.withdraw(&h, &why);
+                fail_client(self.party, h, &why);
+            }
+            while let Some(h) = queue.next(Instant::now()) {
+                if let Some(h) = self.start(h) {
+                    queue.later(h, Instant::now());
+                }
+                // New arrivals and expiries between queries.
+                if queue.next_due().is_some_and(|t| t > Instant::now()) {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Try to start one query; gives it back if it must wait (party 1 lacks its half).
+    fn start(&mut self, mut h: Half<Conn>) -> Option<Half<Conn>> {
+        if h.client.peer_gone() {
+            self.say(format!("query {}: the client left before it started (no key was used)", tag(&h.id())));
+            self.withdraw(&h, "the client left");
+            return None;
+        }
+        let (path, header, prog) = match self.pick(&h.shape) {
+            Ok(x) => x,
+            Err(e) => {
+                self.withdraw(&h, &e);
+                fail_client(self.party, h, &e);
+                return None;
+            }
+        };
+        let id = header.id;
+        if h.share.len() != prog.input_len() {
+            let e = format!(
+                "the input has {} values; {} takes {}",
+                h.share.len(),
+                prog.desc.human(),
+                prog.input_len()
+            );
+            self.withdraw(&h, &e);
+            fail_client(self.party, h, &e);
+            return None;
+        }
+        let mut keys = match BundleReader::open(&path, &prog.graph, &prog.fingerprint, self.party) {
+            Ok(k) => k,
+            Err(e) => {
+                self.say(format!("bundle {id} cannot be used: {e}; retired"));
+                self.retire(id);
+                return Some(h);
+            }
+        };
+        let (mut proposal, msg) = Proposal::new(h.id(), id, prog.fingerprint);
+        let answer = match self.ask(&msg) {
+            Ok(m) => m,
+            Err(e) => {
+                let e = format!("{e} (no key was used)");
+                fail_client(self.party, h, &e);
+                return None;
+            }
+        };
+        match proposal.on_answer(answer) {
+            Ok(Verdict::Unpaired) => return Some(h),
+            Ok(Verdict::Rejected { bundle_unusable: true, reason: why }) => {
+                self.say(format!("party 1 cannot use bundle {id}: {}; retired", reason(&why)));
+                self.retire(id);
+                return Some(h);
+            }
+            Ok(Verdict::Rejected { reason: why, .. }) => {
+                fail_client(self.party, h, &format!("party 1: {why}"));
+                return None;
+            }
+            Ok(Verdict::Accepted) => {}
+            Err(e) => {
+                self.drop_link();
+                fail_client(self.party, h, &format!("party 1 answered out of turn: {e} (no key was used)"));
+                return None;
+            }
+        }
+        // The last moment before a bundle is spent: is the client still there?
+        if h.client.peer_gone() {
+            self.say(format!("query {}: the client left before it started (no key was used)", tag(&h.id())));
+            self.withdraw(&h, "the client left");
+            return None;
+        }
+        if let Err(e) = self.store.consume(id) {
+            let e = format!("cannot record bundle {id} as used: {e}");
+            self.withdraw(&h, &e);
+            fail_client(self.party, h, &e);
+            return None;
+        }
+        let begin = proposal.begin().expect("accepted");
+        let (timeout, control) = (self.timeout, self.control);
+        let peer = self.peer.as_mut().expect("linked");
+        peer.set_timeout(Some(control.max(timeout)));
+        let ready = peer
+            .send(&begin.encode())
+            .and_then(|()| peer.recv())
+            .map_err(|e| e.to_string())
+            .and_then(|b| Msg::decode(&b).map_err(|e| e.to_string()));
+        let started = match ready {
+            Ok(m) => {
+                proposal.on_ready(m).map_err(|e| e.unwrap_or_else(|| "party 1 answered out of turn".into()))
+            }
+            Err(e) => Err(format!("party 1 did not confirm bundle {id}: {e}")),
+        };
+        if let Err(e) = started {
+            self.drop_link();
+            self.discard(id);
+            fail_client(self.party, h, &reason(&e));
+            return None;
+        }
+        let t = Instant::now();
+        let share = std::mem::take(&mut h.share);
+        match self.online(&prog, &mut keys, &share, id) {
+            Ok(a) => {
+                self.say(format!(
+                    "query {}: bundle {}, online {:.0} ms, {} rounds, {:.2} MB ({:.0} ms in all)",
+                    tag(&h.id()),
+                    a.bundle,
+                    a.online_ms,
+                    a.rounds,
+                    a.comm_bytes as f64 / 1e6,
+                    t.elapsed().as_secs_f64() * 1e3
+                ));
+                let _ = h.client.send(&Msg::Answer(a).encode());
+            }
+            Err(e) => fail_client(self.party, h, &e),
+        }
+        None
+    }
+
+    /// The online phase over the server link; the bundle is deleted whatever happens, and
+    /// the link dropped on failure.
     fn online(
         &mut self,
         prog: &Program,
@@ -362,237 +610,221 @@ impl Server {
         share: &[u64],
         id: BundleId,
     ) -> Result<Answer, String> {
-        let peer = self.peer.as_mut().expect("linked");
-        let r = run_party(&prog.g, &prog.gates, keys, share, |m, idle| {
+        let timeout = self.timeout;
+        let peer = self.peer.as_mut().ok_or("the link to the other server is gone")?;
+        peer.set_timeout(Some(timeout));
+        peer.set_frame_deadline(Some(timeout));
+        // Every round, the other server's message is as long as ours.
+        let r = run_party(&prog.graph, &prog.gates, keys, share, |m, idle| {
+            peer.set_max_frame(m.len() as u64);
             peer.exchange_idle(&m, idle).map_err(transport)
         });
+        if let Some(p) = self.peer.as_mut() {
+            p.set_max_frame(limits::CONTROL);
+        }
+        self.discard(id);
         match r {
-            Ok(run) => {
-                self.store.discard(&id);
-                Ok(Answer {
-                    descriptor: prog.desc.render(),
-                    bundle: id.to_string(),
-                    n: prog.g.n,
-                    f: prog.g.f,
-                    share: run.output,
-                    rounds: run.stats.rounds,
-                    comm_bytes: run.stats.comm_bytes(),
-                    online_ms: run.wall.as_secs_f64() * 1e3,
-                })
-            }
+            Ok(run) => Ok(Answer {
+                descriptor: prog.desc.to_string(),
+                bundle: id.to_string(),
+                n: prog.graph.n,
+                f: prog.graph.f,
+                share: run.output,
+                rounds: run.stats.rounds,
+                comm_bytes: run.stats.comm_bytes(),
+                online_ms: run.wall.as_secs_f64() * 1e3,
+            }),
             Err(e) => {
-                self.fail_link(&id);
+                self.drop_link();
                 Err(format!("online phase with bundle {id} failed: {e}"))
             }
         }
     }
 
-    /// Party 1: wait for party 0's lead, match it with the client's query, follow.
-    fn follow(mut self, rx: Receiver<Event>) -> anyhow::Result<()> {
-        self.say(format!("waiting for party 0 (expected from {})", self.peer_addr));
-        let mut pending: HashMap<[u8; 16], Pending> = HashMap::new();
-        loop {
-            // New connections: a fresh server link replaces the old; queries wait for party 0.
-            loop {
-                match rx.try_recv() {
-                    Ok(ev) => self.take(ev, &mut pending),
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => bail!("the listener stopped"),
-                }
-            }
-            let timeout = self.timeout;
-            pending.retain(|id, p| {
-                let keep = p.since.elapsed() < timeout;
-                if !keep {
-                    say(Party::P1, format!("query {}: party 0 never started it", &hex(id)[..8]));
-                    let _ = p.conn.send(&Msg::Failed("party 0 never started this query".into()).encode());
-                }
-                keep
+    /// Whether bundle `id` (as party 0 proposes it) can run `h` here, without spending it.
+    fn check(&mut self, h: &Half<Conn>, id: BundleId, fp: [u8; 32]) -> Result<Arc<Program>, Rejection> {
+        let unusable = |reason: String| Rejection { bundle_unusable: true, reason };
+        if self.store.is_consumed(&id) {
+            return Err(unusable(format!("bundle {id} was already used at party 1 (keys are single-use)")));
+        }
+        let path = self.store.path_of(&id);
+        if !path.exists() {
+            return Err(unusable(format!("party 1 has no bundle {id}")));
+        }
+        let header = read_header(&path).map_err(|e| unusable(e.to_string()))?;
+        if header.party != self.party {
+            return Err(unusable(format!(
+                "party 1's copy of bundle {id} holds party {}'s keys",
+                header.party.bit()
+            )));
+        }
+        if header.fingerprint != fp {
+            return Err(unusable(format!(
+                "bundle {id} differs between the two servers (another dealer run?)"
+            )));
+        }
+        let d: Descriptor = header
+            .descriptor
+            .parse()
+            .map_err(|e: service::descriptor::BadDescriptor| unusable(e.to_string()))?;
+        if !d.serves(&h.shape) {
+            return Err(Rejection {
+                bundle_unusable: false,
+                reason: format!("the client asked party 1 for {}, party 0 for {}", h.shape, d.human()),
             });
-            let Some(peer) = self.peer.as_mut() else {
-                match rx.recv_timeout(Duration::from_millis(500)) {
-                    Ok(ev) => self.take(ev, &mut pending),
-                    Err(RecvTimeoutError::Timeout) => {}
+        }
+        let prog = self.programs.get(d).map_err(unusable)?;
+        if h.share.len() != prog.input_len() {
+            return Err(Rejection {
+                bundle_unusable: false,
+                reason: format!(
+                    "the input has {} values; {} takes {}",
+                    h.share.len(),
+                    d.human(),
+                    prog.input_len()
+                ),
+            });
+        }
+        Ok(prog)
+    }
+
+    /// Party 1: pair the clients' halves with party 0's proposals, and follow.
+    fn follow(mut self, rx: Receiver<Event>, limits: Limits) -> anyhow::Result<()> {
+        self.say(format!("waiting for party 0 (expected from {})", self.peer_addr));
+        let mut f: Follower<Conn> = Follower::new(limits);
+        let mut looked = Instant::now();
+        loop {
+            if f.waiting() == 0 {
+                self.refresh(&mut looked);
+            }
+            loop {
+                let wait = if self.peer.is_some() { Duration::ZERO } else { Duration::from_millis(200) };
+                match rx.recv_timeout(wait) {
+                    Ok(Event::Client(h)) => {
+                        if let Err(e) = f.admit(h) {
+                            let (h, why) = *e;
+                            fail_client(self.party, h, &why.to_string());
+                        }
+                    }
+                    Ok(Event::Peer(c)) => {
+                        self.say(format!(
+                            "party 0 connected from {}",
+                            c.peer_addr().map(|a| a.to_string()).unwrap_or_default()
+                        ));
+                        if let Some(old) = self.peer.replace(c) {
+                            old.abort();
+                        }
+                        f.link_lost();
+                    }
+                    Err(RecvTimeoutError::Timeout) => break,
                     Err(RecvTimeoutError::Disconnected) => bail!("the listener stopped"),
                 }
-                continue;
-            };
-            peer.set_timeout(Some(Duration::from_millis(200)));
+            }
+            for h in f.expired(Instant::now()) {
+                fail_client(self.party, h, "party 0 never started this query (no key was used)");
+            }
+            let Some(peer) = self.peer.as_mut() else { continue };
+            peer.set_timeout(Some(Duration::from_millis(50)));
+            peer.set_frame_deadline(Some(self.control));
             let msg = match peer.recv() {
                 Ok(b) => Msg::decode(&b),
                 Err(NetError::Timeout(_)) => continue,
                 Err(e) => {
-                    self.say(format!("link to party 0 lost: {e}"));
-                    self.peer = None;
+                    self.say(format!("link to party 0 lost: {}", reason(&e.to_string())));
+                    self.drop_link();
+                    f.link_lost();
                     continue;
                 }
             };
-            match msg {
-                Ok(Msg::Begin { query, bundle, fingerprint }) => {
-                    self.follow_query(query, bundle, fingerprint, &rx, &mut pending)?
+            let step = msg.and_then(|m| f.on_peer(m, |h, id, fp| self.check(h, id, fp).map(|_| ())));
+            let step = match step {
+                Ok(s) => s,
+                Err(e) => {
+                    self.say(format!("party 0 sent a malformed or unexpected message ({e}): link dropped"));
+                    self.drop_link();
+                    f.link_lost();
+                    continue;
                 }
-                Ok(_) | Err(_) => {
-                    self.say("party 0 sent a malformed or unexpected message: link dropped");
-                    if let Some(p) = self.peer.take() {
-                        p.abort();
-                    }
-                }
+            };
+            if let Some(r) = step.reply
+                && let Some(p) = self.peer.as_mut()
+                && p.send(&r.encode()).is_err()
+            {
+                self.drop_link();
+                f.link_lost();
+            }
+            if let Some((h, why)) = step.failed {
+                fail_client(self.party, h, &why);
+            }
+            if let Some((h, id)) = step.start {
+                self.follow_query(h, id);
             }
         }
     }
 
-    fn take(&mut self, ev: Event, pending: &mut HashMap<[u8; 16], Pending>) {
-        match ev {
-            Event::Peer(c) => {
-                self.say(format!(
-                    "party 0 connected from {}",
-                    c.peer_addr().map(|a| a.to_string()).unwrap_or_default()
-                ));
-                self.peer = Some(c);
-            }
-            Event::Client { conn, id, model, seq, layers, share } => {
-                pending.insert(id, Pending { conn, model, seq, layers, share, since: Instant::now() });
-            }
-        }
-    }
-
-    fn follow_query(
-        &mut self,
-        qid: [u8; 16],
-        id: BundleId,
-        fp: [u8; 32],
-        rx: &Receiver<Event>,
-        pending: &mut HashMap<[u8; 16], Pending>,
-    ) -> anyhow::Result<()> {
-        // The client's query may still be on its way.
-        let deadline = Instant::now() + self.timeout;
-        while !pending.contains_key(&qid) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(Event::Client { conn, id, model, seq, layers, share }) => {
-                    pending.insert(id, Pending { conn, model, seq, layers, share, since: Instant::now() });
+    /// Party 0 began a query it proposed and party 1 accepted: mark the bundle used,
+    /// confirm, run.
+    fn follow_query(&mut self, mut h: Half<Conn>, id: BundleId) {
+        let prog = match self.store.path_of(&id).exists().then(|| read_header(&self.store.path_of(&id))) {
+            Some(Ok(hd)) => hd
+                .descriptor
+                .parse::<Descriptor>()
+                .map_err(|e| e.to_string())
+                .and_then(|d| self.programs.get(d)),
+            _ => Err(format!("bundle {id} vanished at party 1")),
+        };
+        let path = self.store.path_of(&id);
+        let keys = prog.and_then(|p| {
+            BundleReader::open(&path, &p.graph, &p.fingerprint, self.party)
+                .map(|k| (p, k))
+                .map_err(|e| e.to_string())
+        });
+        let (prog, mut keys) = match keys {
+            Ok(x) => x,
+            Err(e) => {
+                self.retire(id);
+                if let Some(p) = self.peer.as_mut() {
+                    let _ = p.send(&Msg::Reject { bundle_unusable: true, reason: e.clone() }.encode());
                 }
-                Ok(Event::Peer(c)) => {
-                    // Party 0 gave up on this query and reconnected.
-                    self.say("party 0 reconnected while a query was starting");
-                    self.peer = Some(c);
-                    return Ok(());
-                }
-                Err(RecvTimeoutError::Timeout) => break,
-                Err(RecvTimeoutError::Disconnected) => bail!("the listener stopped"),
-            }
-        }
-        let q = pending.remove(&qid);
-        let tag = &hex(&qid)[..8];
-        let result = match q {
-            None => Err(format!("no query {tag} from the client reached party 1 within {:?}", self.timeout)),
-            Some(mut q) => {
-                let r = self.follow_checked(id, fp, &mut q);
-                match r {
-                    Ok(a) => {
-                        self.say(format!(
-                            "query {tag}: bundle {}, online {:.0} ms, {} rounds, {:.2} MB",
-                            a.bundle,
-                            a.online_ms,
-                            a.rounds,
-                            a.comm_bytes as f64 / 1e6
-                        ));
-                        let _ = q.conn.send(&Msg::Answer(a).encode());
-                        Ok(())
-                    }
-                    Err(e) => {
-                        let _ = q.conn.send(&Msg::Failed(e.clone()).encode());
-                        Err(e)
-                    }
-                }
+                return fail_client(self.party, h, &e);
             }
         };
-        if let Err(e) = result {
-            self.say(format!("query {tag} failed: {e}"));
-            // Before the online phase party 0 waits for our word; after it, the link is gone.
-            if let Some(p) = self.peer.as_mut() {
-                let _ = p.send(&Msg::Refuse(e).encode());
-            }
-        }
-        Ok(())
-    }
-
-    /// Check the bundle party 0 chose, mark it used, confirm, run.
-    fn follow_checked(&mut self, id: BundleId, fp: [u8; 32], q: &mut Pending) -> Result<Answer, String> {
-        if self.store.is_consumed(&id) {
-            return Err(format!("bundle {id} was already used here (keys are single-use)"));
-        }
-        let path = self.store.path_of(&id);
-        if !path.exists() {
-            return Err(format!("party 1 has no bundle {id}"));
-        }
-        let header = read_header(&path).map_err(|e| {
-            let _ = self.store.consume(id);
-            self.store.discard(&id);
-            e.to_string()
-        })?;
-        let d = Descriptor::parse(&header.descriptor)?;
-        if !d.serves(&q.model, q.seq, q.layers) {
-            return Err(format!(
-                "bundle {id} is for {}, the query for {} at seq {}",
-                d.human(),
-                q.model,
-                q.seq
-            ));
-        }
-        if header.fingerprint != fp {
-            return Err(format!("bundle {id} differs between the two servers (another dealer run?)"));
-        }
-        let prog = self.program(&header.descriptor)?;
-        if q.share.len() != prog.g.input.len() {
-            return Err(format!(
-                "the input has {} values; {} takes {}",
-                q.share.len(),
-                d.human(),
-                prog.g.input.len()
-            ));
-        }
-        let mut keys = BundleReader::open(&path, &prog.g, prog.imp, self.party).map_err(|e| {
-            let _ = self.store.consume(id);
-            self.store.discard(&id);
-            e.to_string()
-        })?;
         // Party 0 always takes its lowest bundle: lower ones of the same run are spent there.
         if let Ok(scan) = self.store.scan() {
-            for (_, h) in scan.ready {
-                if h.id.run == id.run && h.id.index < id.index && self.store.consume(h.id).is_ok() {
-                    self.store.discard(&h.id);
-                    self.say(format!("bundle {} was skipped by party 0: deleted", h.id));
+            for (_, hd) in scan.ready {
+                if hd.id.run == id.run && hd.id.index < id.index && self.store.consume(hd.id).is_ok() {
+                    self.discard(hd.id);
+                    self.say(format!("bundle {} was skipped by party 0: deleted", hd.id));
                 }
             }
         }
-        self.store.consume(id).map_err(|e| e.to_string())?;
-        let timeout = self.timeout;
-        let peer = self.peer.as_mut().ok_or("the link to party 0 is gone")?;
-        peer.set_timeout(Some(timeout));
-        if let Err(e) = peer.send(&Msg::Ready.encode()) {
-            self.fail_link(&id);
-            return Err(format!("party 0 is gone: {e}"));
+        if let Err(e) = self.store.consume(id) {
+            let e = format!("cannot record bundle {id} as used: {e}");
+            if let Some(p) = self.peer.as_mut() {
+                let _ = p.send(&Msg::Reject { bundle_unusable: true, reason: e.clone() }.encode());
+            }
+            return fail_client(self.party, h, &e);
         }
-        let share = std::mem::take(&mut q.share);
-        self.online(&prog, &mut keys, &share, id)
+        let sent = self.peer.as_mut().map(|p| p.send(&Msg::Ready.encode()));
+        if !matches!(sent, Some(Ok(()))) {
+            self.drop_link();
+            self.discard(id);
+            return fail_client(self.party, h, "party 0 is gone");
+        }
+        let share = std::mem::take(&mut h.share);
+        match self.online(&prog, &mut keys, &share, id) {
+            Ok(a) => {
+                self.say(format!(
+                    "query {}: bundle {}, online {:.0} ms, {} rounds, {:.2} MB",
+                    tag(&h.id()),
+                    a.bundle,
+                    a.online_ms,
+                    a.rounds,
+                    a.comm_bytes as f64 / 1e6
+                ));
+                let _ = h.client.send(&Msg::Answer(a).encode());
+            }
+            Err(e) => fail_client(self.party, h, &e),
+        }
     }
-}
-
-/// The program a descriptor names, with this server's copy of the model.
-fn build_program(descriptor: &str) -> anyhow::Result<Program> {
-    let desc = Descriptor::parse(descriptor).map_err(anyhow::Error::msg)?;
-    let model: ModelName = desc.model.parse()?;
-    let imp = match desc.imp.as_str() {
-        "fusefss" => Impl::Fusefss,
-        "sigma" => Impl::Sigma,
-        other => bail!("unknown implementation {other}"),
-    };
-    let loaded = load(model, Some(desc.layers as usize))?;
-    if loaded.layers() != desc.layers as usize {
-        bail!("the model has {} layers, the bundles {}", loaded.layers(), desc.layers);
-    }
-    let g = loaded.graph(desc.seq as usize)?;
-    let gates = engine::build(&g, imp)?;
-    Ok(Program { g, gates, imp, desc })
 }

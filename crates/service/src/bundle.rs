@@ -1,6 +1,6 @@
 //! Key bundles on disk (design.md §7): one party's keys for one query, written by the dealer
 //! as they are made and read by a server as the program runs, so that a bundle may be larger
-//! than memory; and the [`Store`] that makes every bundle single-use across crashes.
+//! than memory. [`crate::store::Store`] makes every bundle single-use across crashes.
 //!
 //! A bundle file (`bundle-RUN-INDEX.fkb`, format version 1, little-endian):
 //!
@@ -22,9 +22,8 @@
 //! (SECURITY.md).
 
 use std::any::Any;
-use std::collections::HashSet;
 use std::fmt;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -34,10 +33,9 @@ use gates::GateError;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-use crate::error::EngineError;
-use crate::exec::{KeySink, KeySource};
-use crate::graph::{Graph, Op};
-use crate::layers::{DynGate, Impl};
+use engine::{DynGate, EngineError, Graph, Impl, KeySink, KeySource, Op};
+
+use crate::private;
 
 const MAGIC: &[u8; 8] = b"FUSEFSSK";
 const END: &[u8; 8] = b"FUSEFSSE";
@@ -62,7 +60,6 @@ const KIND_OUTPUT: u8 = 3;
 const MAX_SECTION: u64 = 1 << 40;
 /// Extension of bundle files.
 pub const EXTENSION: &str = "fkb";
-const LEDGER: &str = "consumed.log";
 
 /// Why a bundle or a key store cannot be used.
 #[derive(Debug, Error)]
@@ -102,6 +99,26 @@ pub enum BundleError {
     /// The bundle was used before: it must never be used again.
     #[error("bundle {0} was already used (keys are single-use)")]
     AlreadyUsed(BundleId),
+    /// Another server process holds the store.
+    #[error(
+        "{path}: the key store is in use by another server (process {holder}); one store is served by one process at a time"
+    )]
+    Locked {
+        /// The store.
+        path: String,
+        /// What the lock file says about its holder.
+        holder: String,
+    },
+    /// The store holds the other party's keys.
+    #[error("{path}: this folder holds party {found}'s keys, not party {wanted}'s (check --party and --dir)")]
+    WrongParty {
+        /// The store.
+        path: String,
+        /// The party it is for.
+        found: u8,
+        /// The party that opened it.
+        wanted: u8,
+    },
     /// A key section did not decode.
     #[error("{path}: node {node}: {source}")]
     Decode {
@@ -246,7 +263,7 @@ pub fn fingerprint(g: &Graph, imp: Impl) -> [u8; 32] {
     h.finalize().into()
 }
 
-fn io_err(path: &Path) -> impl Fn(std::io::Error) -> BundleError + '_ {
+pub(crate) fn io_err(path: &Path) -> impl Fn(std::io::Error) -> BundleError + '_ {
     move |source| BundleError::Io { path: path.display().to_string(), source }
 }
 
@@ -307,12 +324,7 @@ impl BundleWriter {
             });
         }
         let partial = path.with_extension("partial");
-        let f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&partial)
-            .map_err(io_err(&partial))?;
+        let f = private::create_file(&partial).map_err(io_err(&partial))?;
         let mut out = BufWriter::with_capacity(1 << 20, f);
         let h = encode_header(header);
         out.write_all(&h).map_err(io_err(&partial))?;
@@ -370,7 +382,7 @@ impl BundleWriter {
     }
 }
 
-fn sync_dir(dir: &Path) {
+pub(crate) fn sync_dir(dir: &Path) {
     // Makes a rename or a new file durable on POSIX file systems; best effort elsewhere.
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
@@ -479,12 +491,13 @@ fn header_from(r: &mut impl Read, path: &Path) -> Result<BundleHeader, BundleErr
 }
 
 impl BundleReader {
-    /// Open a bundle for the online phase of `g` with `imp`, as `party`.
+    /// Open a bundle for the online phase of `g`, whose [`fingerprint`] is `fp` (computed
+    /// once per program, not per query), as `party`.
     ///
     /// # Errors
     /// [`BundleError`] if the file is unreadable or damaged, or holds keys for another
     /// party or program.
-    pub fn open(path: &Path, g: &Graph, imp: Impl, party: Party) -> Result<BundleReader, BundleError> {
+    pub fn open(path: &Path, g: &Graph, fp: &[u8; 32], party: Party) -> Result<BundleReader, BundleError> {
         let f = File::open(path).map_err(io_err(path))?;
         let mut input = BufReader::with_capacity(1 << 20, f);
         let header = header_from(&mut input, path)?;
@@ -496,7 +509,7 @@ impl BundleReader {
                 party.bit()
             )));
         }
-        if header.fingerprint != fingerprint(g, imp) {
+        if &header.fingerprint != fp {
             return Err(mismatch(format!(
                 "was dealt for another model or shape ({}) than this program",
                 header.descriptor
@@ -590,126 +603,5 @@ impl KeySource for BundleReader {
             return Err(corrupted(&self.path, "bad end of bundle").into());
         }
         Ok(m)
-    }
-}
-
-/// A server's folder of bundles and its durable record of the ones used.
-///
-/// A bundle is marked used ([`Store::consume`], an fsync'd line in `consumed.log`) before
-/// any message that depends on it leaves the server, and is deleted when its query ends. A
-/// bundle listed as used is refused forever, also after a crash or a restart, and also if
-/// its file comes back (say, from a backup).
-#[derive(Debug)]
-pub struct Store {
-    dir: PathBuf,
-    consumed: HashSet<BundleId>,
-}
-
-/// What [`Store::scan`] found.
-#[derive(Debug, Default)]
-pub struct Scan {
-    /// Usable bundles, by id.
-    pub ready: Vec<(PathBuf, BundleHeader)>,
-    /// Bundles already used (their files are deleted).
-    pub spent: Vec<BundleId>,
-    /// Files that are not usable bundles, with the reason.
-    pub bad: Vec<(PathBuf, String)>,
-}
-
-impl Store {
-    /// Open the key store in `dir`.
-    ///
-    /// # Errors
-    /// [`BundleError::Io`] if the folder or its ledger cannot be read.
-    pub fn open(dir: &Path) -> Result<Store, BundleError> {
-        if !dir.is_dir() {
-            return Err(BundleError::Io {
-                path: dir.display().to_string(),
-                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such folder"),
-            });
-        }
-        let ledger = dir.join(LEDGER);
-        let mut consumed = HashSet::new();
-        match std::fs::read_to_string(&ledger) {
-            Ok(text) => {
-                for line in text.lines().filter(|l| !l.trim().is_empty()) {
-                    // A torn last line (crash while appending) still names a used bundle
-                    // if it parses; otherwise it never reached disk in full and the
-                    // bundle's messages never left.
-                    if let Ok(id) = line.trim().parse() {
-                        consumed.insert(id);
-                    }
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err(&ledger)(e)),
-        }
-        Ok(Store { dir: dir.to_path_buf(), consumed })
-    }
-
-    /// The folder.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// Every bundle file in the folder: usable ones sorted by id; used ones are deleted and
-    /// reported; damaged ones reported.
-    ///
-    /// # Errors
-    /// [`BundleError::Io`] if the folder cannot be listed.
-    pub fn scan(&self) -> Result<Scan, BundleError> {
-        let mut s = Scan::default();
-        for entry in std::fs::read_dir(&self.dir).map_err(io_err(&self.dir))? {
-            let p = entry.map_err(io_err(&self.dir))?.path();
-            if p.extension().and_then(|e| e.to_str()) != Some(EXTENSION) {
-                continue;
-            }
-            match read_header(&p) {
-                Ok(h) if self.consumed.contains(&h.id) => {
-                    let _ = std::fs::remove_file(&p);
-                    s.spent.push(h.id);
-                }
-                Ok(h) => s.ready.push((p, h)),
-                Err(e) => s.bad.push((p, e.to_string())),
-            }
-        }
-        s.ready.sort_by_key(|(_, h)| h.id);
-        Ok(s)
-    }
-
-    /// Whether `id` was used.
-    pub fn is_consumed(&self, id: &BundleId) -> bool {
-        self.consumed.contains(id)
-    }
-
-    /// Record durably that `id` is used; call before any message that depends on it leaves.
-    ///
-    /// # Errors
-    /// [`BundleError::AlreadyUsed`] if it was used, [`BundleError::Io`] if the record cannot
-    /// be made durable (then the bundle must not be used).
-    pub fn consume(&mut self, id: BundleId) -> Result<(), BundleError> {
-        if self.consumed.contains(&id) {
-            return Err(BundleError::AlreadyUsed(id));
-        }
-        let ledger = self.dir.join(LEDGER);
-        let new = !ledger.exists();
-        let mut f = OpenOptions::new().append(true).create(true).open(&ledger).map_err(io_err(&ledger))?;
-        f.write_all(format!("{id}\n").as_bytes()).map_err(io_err(&ledger))?;
-        f.sync_all().map_err(io_err(&ledger))?;
-        if new {
-            sync_dir(&self.dir);
-        }
-        self.consumed.insert(id);
-        Ok(())
-    }
-
-    /// Delete a used bundle's file.
-    pub fn discard(&self, id: &BundleId) {
-        let _ = std::fs::remove_file(self.dir.join(id.file_name()));
-    }
-
-    /// The path a bundle with `id` has in this store.
-    pub fn path_of(&self, id: &BundleId) -> PathBuf {
-        self.dir.join(id.file_name())
     }
 }
