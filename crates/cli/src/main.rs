@@ -9,9 +9,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod bench;
 mod demo;
+mod deploy;
 mod fit;
 mod model;
-mod service;
 
 /// fusefss — private transformer inference with function secret sharing (FuseFSS).
 ///
@@ -54,20 +54,28 @@ enum Command {
     /// Each bundle holds one server's keys for one query of the given model and sequence
     /// length, in a versioned, checksummed file; a server uses each bundle once and never
     /// again. Shows a progress bar.
-    Dealer(service::dealer::DealerArgs),
+    Dealer(deploy::dealer::DealerArgs),
     /// Run one of the two servers: answer queries one after another with fresh key bundles.
     ///
     /// Party 0 connects to party 1 (`--peer`); both listen for the client. All connections
     /// use TLS with the dealer's pinned certificates. A failed query is reported to the
     /// client and the server goes on with the next one; a used bundle is never used again,
     /// also after a crash or restart.
-    Serve(service::server::ServeArgs),
+    Serve(deploy::server::ServeArgs),
     /// Query the two servers: embed and secret-share the input, print the reconstructed
     /// output.
     ///
     /// With `--check`, recompute the plaintext fixed-point result locally and report
     /// `matches_plaintext`; with `--json`, print one JSON object.
-    Query(service::client::QueryArgs),
+    Query(deploy::client::QueryArgs),
+    /// Run the deployment under random faults and print one JSON object.
+    ///
+    /// Deals bundles, starts both servers as processes, and runs `--queries` queries while
+    /// killing and restarting servers, sending half queries, killing clients between their
+    /// two sends, and holding idle, garbage and concurrent connections. Reports `queries`,
+    /// `faults`, `ok`, `failed`, `bundles_spent`, `bundles_reused`, `max_server_rss_bytes`
+    /// and `servers_up`; fails if an unfaulted query failed or a bundle was used twice.
+    Soak(deploy::soak::SoakArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -75,8 +83,9 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Fit(args) => fit::run(args),
-        Command::Dealer(args) => service::dealer::run(args),
-        Command::Serve(args) => service::server::run(args),
-        Command::Query(args) => service::client::run(args),
+        Command::Dealer(args) => deploy::dealer::run(args),
+        Command::Serve(args) => deploy::server::run(args),
+        Command::Query(args) => deploy::client::run(args),
+        Command::Soak(args) => deploy::soak::run(args),
     }
 }

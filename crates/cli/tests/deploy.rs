@@ -48,10 +48,15 @@ struct Server {
 
 impl Server {
     fn start(party: u8, dir: &Path, peer: &str, listen: &str) -> Server {
+        Server::start_with(party, dir, peer, listen, &[])
+    }
+
+    fn start_with(party: u8, dir: &Path, peer: &str, listen: &str, extra: &[&str]) -> Server {
         let mut child = Command::new(BIN)
             .args(["serve", "--party", &party.to_string()])
             .args(["--dir", dir.join(format!("party{party}")).to_str().unwrap()])
             .args(["--listen", listen, "--peer", peer, "--timeout", "3", "--pair-timeout", "2"])
+            .args(extra)
             .args(["--tls", dir.join("tls").to_str().unwrap()])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -342,4 +347,236 @@ fn a_server_killed_mid_query_refuses_its_used_bundle_after_restart() {
     let unique: std::collections::HashSet<_> = used.iter().collect();
     assert_eq!(unique.len(), used.len(), "party 1 used a bundle twice: {used:?}");
     let _ = std::fs::remove_dir_all(&d);
+}
+
+/// `fusefss serve` that is expected to refuse to start: its error.
+fn serve_refused(party: u8, dir: &Path, store: &str) -> String {
+    let o = fusefss(&[
+        "serve",
+        "--party",
+        &party.to_string(),
+        "--dir",
+        dir.join(store).to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--peer",
+        "127.0.0.1:1",
+        "--tls",
+        dir.join("tls").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success(), "a server started: {}", String::from_utf8_lossy(&o.stdout));
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn a_store_is_served_once_by_its_own_party_and_its_files_are_private() {
+    let d = tmp("store");
+    // Defect 8: with umask 022 the dealer still writes owner-only folders and files.
+    let o = Command::new("sh")
+        .args(["-c", "umask 022 && exec \"$0\" \"$@\"", BIN, "dealer", "--seq", "8", "--count", "2", "--out"])
+        .arg(&d)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        for dir in ["party0", "party1", "tls"] {
+            assert_eq!(mode(&d.join(dir)), 0o700, "{dir}");
+        }
+        for b in bundles(&d.join("party0")).iter().chain(&bundles(&d.join("party1"))) {
+            assert_eq!(mode(b), 0o600, "{}", b.display());
+        }
+        for k in ["server0.key", "server1.key", "client.key", "../party0/party"] {
+            assert_eq!(mode(&d.join("tls").join(k)), 0o600, "{k}");
+        }
+        // A key made readable by someone is narrowed again by the next dealer run.
+        std::fs::set_permissions(d.join("tls/client.key"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        dealer(&d, 8, 1);
+        assert_eq!(mode(&d.join("tls/client.key")), 0o600);
+    }
+    // Defect 7: the other party's folder is refused at start-up.
+    let e = serve_refused(0, &d, "party1");
+    assert!(e.contains("holds party 1's keys, not party 0's"), "{e}");
+    // Defect 1: a second server on a store in use is refused at start-up.
+    let (p0, p1) = servers(&d);
+    for (party, store) in [(0, "party0"), (1, "party1")] {
+        let e = serve_refused(party, &d, store);
+        assert!(e.contains("in use by another server"), "{e}");
+    }
+    let r = query([&p0.addr, &p1.addr], &d.join("tls"), 8, "one store, one server").unwrap();
+    assert_eq!(r["matches_plaintext"], true);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn idle_slow_and_garbage_connections_do_not_stop_a_query() {
+    let d = tmp("flood");
+    dealer(&d, 8, 2);
+    let (mut p0, mut p1) = servers(&d);
+    // Defect 2: 300 idle TCP connections against each server, one that sends a byte every
+    // second (beats a per-read timeout, not a whole-handshake deadline), and garbage.
+    let mut held = vec![];
+    for addr in [&p0.addr, &p1.addr] {
+        for _ in 0..300 {
+            held.push(TcpStream::connect(addr.as_str()).unwrap());
+        }
+        let mut g = TcpStream::connect(addr.as_str()).unwrap();
+        use std::io::Write;
+        let _ = g.write_all(&[0x16, 3, 1, 0xff, 0xff, 1, 2, 3]);
+        held.push(g);
+    }
+    let t = Instant::now();
+    let r = query([&p0.addr, &p1.addr], &d.join("tls"), 8, "through the flood").unwrap();
+    assert_eq!(r["matches_plaintext"], true);
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+    p0.wait_for("pending connection(s)");
+    assert!(p0.alive() && p1.alive());
+    drop(held);
+    assert_eq!(ledger(&d, 0).len(), 1);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn overload_and_vanished_clients_spend_no_bundle() {
+    let d = tmp("overload");
+    dealer(&d, 8, 40);
+    let p1 = Server::start_with(1, &d, "127.0.0.1:1", "127.0.0.1:0", &["--max-queue", "2"]);
+    let p0 = Server::start_with(0, &d, &p1.addr, "127.0.0.1:0", &["--max-queue", "2"]);
+    let tls_dir = d.join("tls");
+    // Defect 3: 16 clients at once against queues of 2: the excess is refused as busy at
+    // once, and a bundle is spent only by a query that is answered.
+    let hs: Vec<_> = (0..16)
+        .map(|i| {
+            let (a0, a1, t) = (p0.addr.clone(), p1.addr.clone(), tls_dir.clone());
+            std::thread::spawn(move || query([&a0, &a1], &t, 8, &format!("client {i}")))
+        })
+        .collect();
+    let results: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+    let ok = results.iter().filter(|r| r.as_ref().is_ok_and(|v| v["matches_plaintext"] == true)).count();
+    for e in results.iter().filter_map(|r| r.as_ref().err()) {
+        assert!(e.contains("busy") || e.contains("party 0 only") || e.contains("never started"), "{e}");
+    }
+    // Each server admits its own two, so as few as one query may find both halves.
+    assert!(ok >= 1, "{results:?}");
+    assert_eq!(ledger(&d, 0).len(), ok, "{results:?}");
+    assert_eq!(ledger(&d, 1), ledger(&d, 0));
+
+    // A client that sends its half to party 0, leaves, then sends to party 1: party 0 finds
+    // it gone before it takes a bundle and withdraws it at party 1.
+    let mut c0 = pinned_client(&tls_dir, &p0.addr);
+    for m in query_messages(0xCD, 8 * 128) {
+        c0.send(&m).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    drop(c0);
+    std::thread::sleep(Duration::from_millis(100));
+    let me = tls::load_identity(&tls_dir, Role::Client).unwrap();
+    let cfg = tls::client_config(&me, tls::load_cert(&tls_dir, Role::Server1).unwrap()).unwrap();
+    let sock = TcpStream::connect(p1.addr.as_str()).unwrap();
+    let mut c1 =
+        Conn::tls(sock, tls::client_connection(cfg).unwrap(), Some(Duration::from_secs(20)), None).unwrap();
+    for m in query_messages(0xCD, 8 * 128) {
+        c1.send(&m).unwrap();
+    }
+    // Party 1's half is withdrawn, or (if it came after the withdrawal) expires unpaired.
+    let reply = c1.recv().unwrap();
+    assert_eq!(reply[0], FAILED);
+    let why = String::from_utf8_lossy(&reply);
+    assert!(why.contains("client left") || why.contains("never started"), "{why}");
+    p0.wait_for("the client left before it started (no key was used)");
+    assert_eq!(ledger(&d, 0).len(), ok);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn oversized_frames_dirty_names_and_empty_texts_are_refused() {
+    let d = tmp("frames");
+    dealer(&d, 8, 1);
+    let (mut p0, p1) = servers(&d);
+    let tls_dir = d.join("tls");
+    // Defect 4: the share frame is limited by the query's shape before it is read.
+    let mut c = pinned_client(&tls_dir, &p0.addr);
+    let [head, _] = query_messages(1, 8 * 128);
+    c.send(&head).unwrap();
+    let [_, too_long] = query_messages(1, 8 * 128 + 1);
+    c.send(&too_long).unwrap();
+    let reply = String::from_utf8_lossy(&c.recv().unwrap()).into_owned();
+    assert!(reply.contains("exceeds the limit of 8201 bytes"), "{reply}");
+    // A query's shape is itself limited to a small frame.
+    let mut c = pinned_client(&tls_dir, &p0.addr);
+    c.send(&vec![1u8; 100_000]).unwrap();
+    let reply = String::from_utf8_lossy(&c.recv().unwrap()).into_owned();
+    assert!(reply.contains("exceeds the limit"), "{reply}");
+    // Control characters and long names reach the log escaped and cut.
+    let mut c = pinned_client(&tls_dir, &p0.addr);
+    let mut head = vec![1u8];
+    head.extend_from_slice(&[7; 16]);
+    let name = format!("\x1b[31mevil\nforged log line{}", "x".repeat(5000));
+    head.extend_from_slice(&(name.len() as u32).to_le_bytes());
+    head.extend_from_slice(name.as_bytes());
+    head.extend_from_slice(&8u32.to_le_bytes());
+    head.extend_from_slice(&0u32.to_le_bytes());
+    c.send(&head).unwrap();
+    let _ = c.recv();
+    let line = p0.wait_for("unknown model");
+    assert!(!line.contains('\x1b') && line.contains("\\u{1b}") && line.len() < 400, "{line}");
+    // An empty text is an error, not a query on [CLS] [SEP].
+    let e = query([&p0.addr, &p1.addr], &tls_dir, 8, "").unwrap_err();
+    assert!(e.contains("empty"), "{e}");
+    assert!(p0.alive());
+    assert!(ledger(&d, 0).is_empty());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_restarted_or_silent_peer_spends_no_bundle() {
+    let d = tmp("peer");
+    dealer(&d, 8, 3);
+    let (p0, p1) = servers(&d);
+    let tls_dir = d.join("tls");
+    let (a0, a1) = (p0.addr.clone(), p1.addr.clone());
+    assert_eq!(query([&a0, &a1], &tls_dir, 8, "before").unwrap()["matches_plaintext"], true);
+    // Defect 6: party 1 restarted between queries; party 0 finds its link dead when it
+    // proposes, dials again, and the next query runs.
+    drop(p1);
+    let p1 = Server::start(1, &d, "127.0.0.1:1", &a1);
+    let r = query([&a0, &a1], &tls_dir, 8, "after the restart").unwrap();
+    assert_eq!(r["matches_plaintext"], true);
+    assert_eq!(ledger(&d, 0).len(), 2);
+    assert_eq!(ledger(&d, 1), ledger(&d, 0));
+    drop((p0, p1));
+
+    // A peer that accepts and never answers: the query fails within the control timeout,
+    // and no bundle is spent.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap().to_string();
+    let hold = std::thread::spawn(move || silent.incoming().take(4).map(|s| s.unwrap()).collect::<Vec<_>>());
+    let p0 = Server::start_with(0, &d, &silent_addr, "127.0.0.1:0", &["--control-timeout", "2"]);
+    let p1 = Server::start(1, &d, "127.0.0.1:1", "127.0.0.1:0");
+    let t = Instant::now();
+    let e = query([&p0.addr, &p1.addr], &tls_dir, 8, "nobody home").unwrap_err();
+    assert!(e.contains("no key was used"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    assert_eq!(ledger(&d, 0).len(), 2);
+    drop((p0, p1));
+    drop(hold);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_short_soak_reuses_no_bundle_and_keeps_both_servers_up() {
+    let o = fusefss(&["soak", "--queries", "24", "--fault-rate", "0.35", "--seed", "7"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["bundles_reused"], 0, "{v}");
+    assert_eq!(v["unfaulted_failed"], 0, "{v}");
+    assert_eq!(v["servers_up"], true, "{v}");
+    assert!(v["faults"].as_u64().unwrap() >= 4, "{v}");
+    let (spent, ok, faults) =
+        (v["bundles_spent"].as_u64().unwrap(), v["ok"].as_u64().unwrap(), v["faults"].as_u64().unwrap());
+    assert!(spent <= ok + faults, "{v}");
+    assert!(v["max_server_rss_bytes"].as_u64().unwrap() < 300 << 20, "{v}");
 }

@@ -177,6 +177,11 @@ impl Store {
             }
         }
         let ledger_path = dir.join(LEDGER);
+        let new = !ledger_path.exists();
+        let ledger = private::append_file(&ledger_path).map_err(|e| not_writable(&ledger_path, e))?;
+        if new {
+            sync_dir(dir);
+        }
         let mut consumed = HashSet::new();
         match std::fs::read_to_string(&ledger_path) {
             Ok(text) => {
@@ -191,11 +196,6 @@ impl Store {
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_err(&ledger_path)(e)),
-        }
-        let new = !ledger_path.exists();
-        let ledger = private::append_file(&ledger_path).map_err(|e| not_writable(&ledger_path, e))?;
-        if new {
-            sync_dir(dir);
         }
         Ok(Store { dir: dir.to_path_buf(), party, consumed, ledger, _lock: lock })
     }

@@ -225,6 +225,12 @@ fn a_store_is_served_by_one_process_for_one_party() {
     assert!(scan.bad.iter().any(|(p, why)| p == &stray && why.contains("party 1")));
     assert!(stray.exists() && s.consumed_count() == 0);
     drop(s);
+    // A store whose ledger cannot be appended (here a folder in its place: permissions do
+    // not stop root) is refused at start-up, not run with bundles it cannot retire.
+    let ro = d.join("ro");
+    std::fs::create_dir_all(ro.join("consumed.log")).unwrap();
+    let e = Store::open(&ro, Party::P0).unwrap_err();
+    assert!(e.to_string().contains("must be writable"), "{e}");
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;

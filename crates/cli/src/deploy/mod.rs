@@ -5,3 +5,4 @@ pub mod client;
 pub mod dealer;
 mod listen;
 pub mod server;
+pub mod soak;

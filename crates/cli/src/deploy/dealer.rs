@@ -77,6 +77,8 @@ pub fn run(a: DealerArgs) -> anyhow::Result<()> {
         net::tls::generate(&tls)?;
         println!("certificates: {} (server0, server1, client)", tls.display());
     } else {
+        // Kept, but owner-only like new ones (a folder from an older build may be 0755).
+        service::private::restrict_dir(&tls).with_context(|| format!("restricting {}", tls.display()))?;
         println!("certificates: keeping those in {}", tls.display());
     }
     let mut rng = fss::rng::os_rng()?;
