@@ -580,3 +580,78 @@ fn a_short_soak_reuses_no_bundle_and_keeps_both_servers_up() {
     assert!(spent <= ok + faults, "{v}");
     assert!(v["max_server_rss_bytes"].as_u64().unwrap() < 300 << 20, "{v}");
 }
+
+/// CPU seconds (user + system) a process has used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 of stat (utime, stime), in clock ticks (100 per second on Linux).
+    (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / 100.0
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn out_of_file_descriptors_the_accept_loop_backs_off_and_recovers() {
+    let d = tmp("emfile");
+    dealer(&d, 8, 1);
+    let p1 = Server::start(1, &d, "127.0.0.1:1", "127.0.0.1:0");
+    // Party 0 with 48 file descriptors: 80 idle connections exhaust them.
+    let mut child = Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -n 48 && exec \"$0\" \"$@\"",
+            BIN,
+            "serve",
+            "--party",
+            "0",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--peer", &p1.addr, "--pair-timeout", "2", "--handshake-timeout", "3"])
+        .arg("--dir")
+        .arg(d.join("party0"))
+        .arg("--tls")
+        .arg(d.join("tls"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    struct Kill(Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let child = Kill(child);
+    let addr = loop {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "party 0 exited");
+        if let Some(a) = line.trim().strip_prefix("[party 0] listening on ") {
+            break a.to_string();
+        }
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in out.lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    // More connections than descriptors: the listener runs into the limit.
+    let held: Vec<TcpStream> = (0..120).filter_map(|_| TcpStream::connect(addr.as_str()).ok()).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let before = cpu_seconds(child.0.id());
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_seconds(child.0.id()) - before;
+    assert!(used < 0.5, "the accept loop used {used} s of CPU in 2 s");
+    let log: Vec<String> = rx.try_iter().collect();
+    assert!(log.iter().any(|l| l.contains("accept failed")), "{log:?}");
+    drop(held);
+    // The deadlines free the descriptors; a query then runs.
+    std::thread::sleep(Duration::from_secs(4));
+    let r = query([&addr, &p1.addr], &d.join("tls"), 8, "after the flood").unwrap();
+    assert_eq!(r["matches_plaintext"], true);
+    drop(child);
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -112,17 +112,22 @@ pub fn accept_loop(
         }
         match listener.accept() {
             Ok((sock, _)) => {
-                backoff = Duration::from_millis(10);
                 if sock.set_nonblocking(false).is_err() {
                     continue;
                 }
-                let Some((ticket, evicted)) = pending.admit(&sock, now) else { continue };
+                let Some((ticket, evicted)) = pending.admit(&sock, now) else {
+                    // No descriptor left to track it (EMFILE on dup): drop it and wait.
+                    drop(sock);
+                    backoff = wait(party, backoff, "out of file descriptors");
+                    continue;
+                };
+                backoff = Duration::from_millis(10);
                 evictions += u64::from(evicted);
                 let h = handle.clone();
                 let spawned =
                     std::thread::Builder::new().name("fusefss-conn".into()).spawn(move || h(sock, ticket));
                 if spawned.is_err() {
-                    std::thread::sleep(backoff);
+                    backoff = wait(party, backoff, "cannot start a thread");
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -130,12 +135,18 @@ pub fn accept_loop(
             }
             Err(e) => {
                 // Out of file descriptors, or a transient network error: wait, never spin.
-                if backoff >= Duration::from_millis(640) {
-                    say(party, format!("accept failed: {e}; retrying in {} ms", backoff.as_millis()));
-                }
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(1));
+                backoff = wait(party, backoff, &e.to_string());
             }
         }
     }
+}
+
+/// Sleep `backoff` after an accept-side failure (logged once it reaches 640 ms); the next
+/// back-off, doubled up to 1 s.
+fn wait(party: u8, backoff: Duration, why: &str) -> Duration {
+    if backoff >= Duration::from_millis(640) {
+        say(party, format!("accept failed: {why}; retrying in {} ms", backoff.as_millis()));
+    }
+    std::thread::sleep(backoff);
+    (backoff * 2).min(Duration::from_secs(1))
 }
