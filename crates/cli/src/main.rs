@@ -11,6 +11,7 @@ mod bench;
 mod demo;
 mod deploy;
 mod fit;
+mod generate;
 mod model;
 
 /// fusefss — private transformer inference with function secret sharing (FuseFSS).
@@ -68,6 +69,14 @@ enum Command {
     /// With `--check`, recompute the plaintext fixed-point result locally and report
     /// `matches_plaintext`; with `--json`, print one JSON object.
     Query(deploy::client::QueryArgs),
+    /// Generate text privately, token by token, in one process (dealer and both servers).
+    ///
+    /// The prefill runs over the prompt; each new token is one decode program over the KV
+    /// cache, which the servers keep as masked values and never open. The client truncates
+    /// the LM head's output, picks the token (greedy, or `--temperature` / `--top-p`), and
+    /// shares its embedding for the next step. Prints every step's cost and whether it
+    /// equals the plaintext fixed-point model.
+    Generate(generate::GenerateArgs),
     /// Run the deployment under random faults and print one JSON object.
     ///
     /// Deals bundles, starts both servers as processes, and runs `--queries` queries while
@@ -87,5 +96,6 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => deploy::server::run(args),
         Command::Query(args) => deploy::client::run(args),
         Command::Soak(args) => deploy::soak::run(args),
+        Command::Generate(args) => generate::run(args),
     }
 }

@@ -165,6 +165,17 @@ pub fn gelu(n: u32, f: u32, form: library::GeluForm) -> Result<Compiled, SpecErr
     Compiled::with_options(&spec, CompileOptions { split: Some(true), ..CompileOptions::default() })
 }
 
+/// SiLU as the models run it: the residual `ReLU(x) − SiLU(x)` from rows of
+/// `2^GELU_ROW_BITS` ulps over `[−8, 8)`, read with slack from a truncation's output, the
+/// comparison split like [`gelu`]'s.
+///
+/// # Errors
+/// [`SpecError`] if the widths do not fit.
+pub fn silu(n: u32, f: u32) -> Result<Compiled, SpecError> {
+    let spec = OperatorSpec { slack: true, ..library::silu_rows(n - f, n, f, GELU_ROW_BITS) };
+    Compiled::with_options(&spec, CompileOptions { split: Some(true), ..CompileOptions::default() })
+}
+
 /// Mantissa bits of LayerNorm's `1/σ` grid ([`library::rsqrt_bits`]): with 6, the grid has
 /// half the thresholds of the 7-bit [`library::rsqrt`] and LayerNorm's error is SIGMA's
 /// (`fusefss bench ops --ops layernorm`: 6.5e-3–6.9e-3 against 6.2e-3–6.5e-3 at n = 50,

@@ -32,4 +32,8 @@ impl EngineError {
     pub(crate) fn at(node: usize, source: gates::GateError) -> EngineError {
         EngineError::Gate { node, source }
     }
+
+    pub(crate) fn program(node: usize, msg: String) -> EngineError {
+        EngineError::Graph(crate::graph::GraphError { node, msg })
+    }
 }

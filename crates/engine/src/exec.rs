@@ -15,7 +15,7 @@ use gates::dealer::{random_words, share};
 use gates::{Ctx, GateError};
 
 use crate::error::EngineError;
-use crate::graph::Graph;
+use crate::graph::{Graph, Op};
 use crate::layers::{DynGate, local};
 
 /// One party's keys for a whole program, in memory.
@@ -177,8 +177,37 @@ pub fn deal_into(
     gates: &[Option<Box<dyn DynGate>>],
     rng: &mut DealerRng,
     sinks: [&mut dyn KeySink; 2],
-    mut progress: impl FnMut(usize, usize),
+    progress: impl FnMut(usize, usize),
 ) -> Result<DealReport, EngineError> {
+    Ok(deal_step(g, gates, rng, sinks, &[], progress)?.0)
+}
+
+/// Carried value `slot` of `shape`.
+fn carried(slot: usize, shape: crate::graph::Shape, carried: &[Vec<u64>]) -> Result<&[u64], String> {
+    match carried.get(slot) {
+        Some(v) if v.len() == shape.len() => Ok(v),
+        Some(v) => {
+            Err(format!("carried value {slot} has {} elements, the program reads {}", v.len(), shape.len()))
+        }
+        None => Err(format!("no carried value {slot}")),
+    }
+}
+
+/// One program of a session, dealt: as [`deal_into`], with the masks of the values carried
+/// over from the previous program (`carried`, by slot; the dealer keeps them between
+/// programs); returns the report and the masks of this program's [`Graph::carry`].
+///
+/// # Errors
+/// As [`deal_into`], or [`EngineError::Program`] if a carried mask is missing or of
+/// another shape.
+pub fn deal_step(
+    g: &Graph,
+    gates: &[Option<Box<dyn DynGate>>],
+    rng: &mut DealerRng,
+    sinks: [&mut dyn KeySink; 2],
+    carried_masks: &[Vec<u64>],
+    mut progress: impl FnMut(usize, usize),
+) -> Result<(DealReport, Vec<Vec<u64>>), EngineError> {
     let [s0, s1] = sinks;
     let t = Instant::now();
     let n = g.n;
@@ -193,6 +222,10 @@ pub fn deal_into(
     for (i, node) in g.nodes.iter().enumerate() {
         let ins: Vec<&[u64]> = node.op.inputs().iter().map(|&v| masks[v].as_slice()).collect();
         let out = match &gates[i] {
+            _ if matches!(node.op, Op::Carried { .. }) => {
+                let Op::Carried { slot, shape } = node.op else { unreachable!() };
+                carried(slot, shape, carried_masks).map_err(|e| EngineError::program(i, e))?.to_vec()
+            }
             Some(gate) => {
                 let out = random_words(rng, node.shape.len(), n);
                 let pair = gate.keygen(&ins, &out, rng).map_err(|e| EngineError::at(i, e))?;
@@ -206,7 +239,7 @@ pub fn deal_into(
         };
         masks.push(out);
         for v in node.op.inputs() {
-            if last_use[v] == i && v != g.output {
+            if last_use[v] == i && v != g.output && !g.carry.contains(&v) {
                 masks[v] = vec![];
             }
         }
@@ -217,7 +250,8 @@ pub fn deal_into(
     s1.output_mask(o1)?;
     report.key_bits += (g.input.len() + g.shape(g.output).len()) as u64 * n as u64;
     report.time = t.elapsed();
-    Ok(report)
+    let carry = g.carry.iter().map(|&v| masks[v].clone()).collect();
+    Ok((report, carry))
 }
 
 /// For every value, the last node that reads it.
@@ -233,16 +267,35 @@ fn last_uses(g: &Graph) -> Vec<usize> {
 
 /// The plaintext fixed-point reference: the output the secure run must equal.
 pub fn plain(g: &Graph, gates: &[Option<Box<dyn DynGate>>], x: &[u64]) -> Vec<u64> {
+    plain_step(g, gates, x, &[]).map(|(y, _)| y).unwrap_or_default()
+}
+
+/// One program of a session in plaintext: the output and the values of [`Graph::carry`],
+/// from the values carried over from the previous program.
+///
+/// # Errors
+/// [`EngineError::Program`] if a carried value is missing or of another shape.
+pub fn plain_step(
+    g: &Graph,
+    gates: &[Option<Box<dyn DynGate>>],
+    x: &[u64],
+    carried_values: &[Vec<u64>],
+) -> Result<(Vec<u64>, Vec<Vec<u64>>), EngineError> {
     let mut vals: Vec<Vec<u64>> = vec![x.iter().map(|&v| v & mask(g.n)).collect()];
     for (i, node) in g.nodes.iter().enumerate() {
         let ins: Vec<&[u64]> = node.op.inputs().iter().map(|&v| vals[v].as_slice()).collect();
         let out = match &gates[i] {
+            _ if matches!(node.op, Op::Carried { .. }) => {
+                let Op::Carried { slot, shape } = node.op else { unreachable!() };
+                carried(slot, shape, carried_values).map_err(|e| EngineError::program(i, e))?.to_vec()
+            }
             Some(gate) => gate.reference(&ins),
             None => local(&node.op, node.shape, &ins, g.n, true),
         };
         vals.push(out);
     }
-    vals.swap_remove(g.output)
+    let carry = g.carry.iter().map(|&v| vals[v].clone()).collect();
+    Ok((vals.swap_remove(g.output), carry))
 }
 
 /// The client's additive shares of its input.
@@ -269,6 +322,24 @@ pub async fn online(
     keys: &mut dyn KeySource,
     x_share: &[u64],
 ) -> Result<Vec<u64>, GateError> {
+    Ok(online_step(g, gates, ctx, keys, x_share, &[]).await?.0)
+}
+
+/// One program of a session online: as [`online`], reading the masked values carried over
+/// from the previous program (by slot), and returning also the masked values of this
+/// program's [`Graph::carry`] (kept by the server for the next program, never opened).
+///
+/// # Errors
+/// As [`online`], or [`GateError::Length`] if a carried value is missing or of another
+/// shape.
+pub async fn online_step(
+    g: &Graph,
+    gates: &[Option<Box<dyn DynGate>>],
+    ctx: &Ctx,
+    keys: &mut dyn KeySource,
+    x_share: &[u64],
+    carried_values: &[Vec<u64>],
+) -> Result<(Vec<u64>, Vec<Vec<u64>>), GateError> {
     let n = g.n;
     let m = mask(n);
     if x_share.len() != g.input.len() {
@@ -290,6 +361,16 @@ pub async fn online(
         ctx.set_label(node.label);
         let ins: Vec<&[u64]> = node.op.inputs().iter().map(|&v| vals[v].as_slice()).collect();
         let out = match &gates[i] {
+            _ if matches!(node.op, Op::Carried { .. }) => {
+                let Op::Carried { slot, shape } = node.op else { unreachable!() };
+                carried(slot, shape, carried_values)
+                    .map_err(|_| GateError::Length {
+                        what: "carried values",
+                        expected: shape.len(),
+                        actual: carried_values.get(slot).map_or(0, Vec::len),
+                    })?
+                    .to_vec()
+            }
             Some(gate) => {
                 let key = keys.gate_key(i, gate.as_ref())?;
                 let out = gate.eval(ctx, key.as_ref(), ins).await?;
@@ -301,7 +382,7 @@ pub async fn online(
         };
         vals.push(out);
         for v in node.op.inputs() {
-            if last_use[v] == i && v != g.output {
+            if last_use[v] == i && v != g.output && !g.carry.contains(&v) {
                 vals[v] = vec![];
             }
         }
@@ -313,8 +394,11 @@ pub async fn online(
         return Err(GateError::KeyMismatch("output mask of another program"));
     }
     let p0 = keys.party() == Party::P0;
-    Ok(y.iter()
+    let share = y
+        .iter()
         .zip(&output_mask)
         .map(|(&v, &r)| if p0 { v.wrapping_sub(r) & m } else { r.wrapping_neg() & m })
-        .collect())
+        .collect();
+    let carry = g.carry.iter().map(|&v| vals[v].clone()).collect();
+    Ok((share, carry))
 }

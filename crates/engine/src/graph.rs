@@ -124,6 +124,51 @@ pub enum Op {
         /// Bias, `cols` words.
         beta: Arc<[u64]>,
     },
+    /// A value carried over from the previous program of a session (a KV cache): the
+    /// servers keep its masked value, the dealer its mask; slot `slot` of the previous
+    /// program's [`Graph::carry`].
+    Carried {
+        /// Which carried value.
+        slot: usize,
+        /// Its shape.
+        shape: Shape,
+    },
+    /// The rows of `a`, then the rows of `b` (same columns).
+    Concat {
+        /// Upper rows.
+        a: ValueId,
+        /// Lower rows.
+        b: ValueId,
+    },
+    /// `x ⊙ c` with a public tensor `c` of the same shape at scale `f`: the output is at
+    /// scale `2f` (rotary position embeddings).
+    MulPublic {
+        /// Input.
+        x: ValueId,
+        /// The public factors.
+        c: Arc<[u64]>,
+    },
+    /// `a ⊙ b` of two masked tensors of one shape (a Beaver product): scale `2f` from two
+    /// scale-`f` inputs (the gated MLP).
+    Mul {
+        /// Left operand.
+        a: ValueId,
+        /// Right operand.
+        b: ValueId,
+    },
+    /// SiLU `x·σ(x)` of a scale-`f` value with `|x| < 2^{n−f−2}` (as a truncation with
+    /// slack leaves it).
+    Silu {
+        /// Input.
+        x: ValueId,
+    },
+    /// Row-wise RMSNorm `x / √(mean(x²) + ε) · γ` with public gain (scale `f`).
+    RmsNorm {
+        /// Input.
+        x: ValueId,
+        /// Gain, `cols` words.
+        gamma: Arc<[u64]>,
+    },
     /// GeLU of a scale-`f` value `x` with `|x| < 2^{n−f−2}`, as a truncation with slack
     /// leaves it (erf form, or tanh form): FuseFSS reads it with slack
     /// (`OperatorSpec::slack`), SIGMA on `n − f` bits.
@@ -139,7 +184,8 @@ impl Op {
     /// The values the node reads.
     pub fn inputs(&self) -> Vec<ValueId> {
         match *self {
-            Op::Add { a, b } | Op::MatMul { a, b, .. } => vec![a, b],
+            Op::Carried { .. } => vec![],
+            Op::Add { a, b } | Op::MatMul { a, b, .. } | Op::Concat { a, b } | Op::Mul { a, b } => vec![a, b],
             Op::Linear { x, .. }
             | Op::Gather { x, .. }
             | Op::SumRows { x }
@@ -147,6 +193,9 @@ impl Op {
             | Op::Trunc { x, .. }
             | Op::Softmax { x, .. }
             | Op::LayerNorm { x, .. }
+            | Op::MulPublic { x, .. }
+            | Op::Silu { x }
+            | Op::RmsNorm { x, .. }
             | Op::Gelu { x, .. } => vec![x],
         }
     }
@@ -160,6 +209,9 @@ impl Op {
                 | Op::Softmax { .. }
                 | Op::LayerNorm { .. }
                 | Op::Gelu { .. }
+                | Op::Mul { .. }
+                | Op::Silu { .. }
+                | Op::RmsNorm { .. }
         )
     }
 }
@@ -188,6 +240,8 @@ pub struct Graph {
     pub nodes: Vec<Node>,
     /// The output value.
     pub output: ValueId,
+    /// Values the servers keep (masked) for the next program of a session, in slot order.
+    pub carry: Vec<ValueId>,
 }
 
 /// A program that does not type-check.
@@ -203,7 +257,7 @@ pub struct GraphError {
 impl Graph {
     /// An empty program over an input of `input` shape.
     pub fn new(n: u32, f: u32, input: Shape) -> Graph {
-        Graph { n, f, input, nodes: vec![], output: 0 }
+        Graph { n, f, input, nodes: vec![], output: 0, carry: vec![] }
     }
 
     /// Shape of value `v`.
@@ -277,11 +331,51 @@ impl Graph {
                 }
                 s
             }
-            Op::Gelu { x, .. } => sh(*x),
+            Op::Gelu { x, .. } | Op::Silu { x } => sh(*x),
+            Op::Carried { shape, .. } => *shape,
+            Op::Concat { a, b } => {
+                if sh(*a).cols != sh(*b).cols {
+                    return bad(format!("stacks {:?} on {:?}", sh(*a), sh(*b)));
+                }
+                Shape::new(sh(*a).rows + sh(*b).rows, sh(*a).cols)
+            }
+            Op::MulPublic { x, c } => {
+                if c.len() != sh(*x).len() {
+                    return bad(format!("{} public factors for {:?}", c.len(), sh(*x)));
+                }
+                sh(*x)
+            }
+            Op::Mul { a, b } => {
+                if sh(*a) != sh(*b) {
+                    return bad(format!("multiplies {:?} and {:?}", sh(*a), sh(*b)));
+                }
+                sh(*a)
+            }
+            Op::RmsNorm { x, gamma } => {
+                if gamma.len() != sh(*x).cols {
+                    return bad(format!("norm gain for {} columns", sh(*x).cols));
+                }
+                sh(*x)
+            }
         };
         self.nodes.push(Node { op, shape, label });
         self.output = i + 1;
         Ok(i + 1)
+    }
+
+    /// The shapes of the carried values a program reads, by slot (`None` for a slot it
+    /// does not read).
+    pub fn carried_in(&self) -> Vec<Option<Shape>> {
+        let mut v: Vec<Option<Shape>> = vec![];
+        for node in &self.nodes {
+            if let Op::Carried { slot, shape } = node.op {
+                if v.len() <= slot {
+                    v.resize(slot + 1, None);
+                }
+                v[slot] = Some(shape);
+            }
+        }
+        v
     }
 
     /// The gate nodes' count.

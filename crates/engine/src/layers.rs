@@ -12,7 +12,7 @@ use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
 use fss::rng::DealerRng;
 use fss::{DecodeError, Party};
-use gates::arith::{MatMul, MatMulKey};
+use gates::arith::{MatMul, MatMulKey, Mul};
 use gates::keyio::GateKey;
 use gates::linalg::matmul_mod;
 use gates::nonlinear::{Activation, ArsSlackDcf, ReluResidual};
@@ -94,6 +94,11 @@ pub fn local(op: &Op, shape: Shape, inputs: &[&[u64]], n: u32, bias: bool) -> Ve
             s
         }
         Op::Scale { c, .. } => inputs[0].iter().map(|&v| v.wrapping_mul(*c) & m).collect(),
+        Op::Concat { .. } => inputs[0].iter().chain(inputs[1]).copied().collect(),
+        Op::MulPublic { c, .. } => {
+            inputs[0].iter().zip(c.iter()).map(|(&v, &c)| v.wrapping_mul(c) & m).collect()
+        }
+        Op::Carried { .. } => unreachable!("a carried value comes from the previous program"),
         _ => unreachable!("a gate is not a local map"),
     }
 }
@@ -211,6 +216,24 @@ pub fn build(g: &Graph, imp: Impl) -> Result<Vec<Option<Box<dyn DynGate>>>, Spec
                     gamma.clone(),
                     beta.clone(),
                 )?)),
+            }),
+            Op::Mul { .. } => Some(Box::new(Erased(Mul { bits: n, len }))),
+            Op::Silu { .. } => Some(match imp {
+                Impl::Sigma => Box::new(Erased(
+                    ReluResidual::new(Activation::Silu, n, n - f, len)
+                        .map_err(|e| SpecError::Width(e.to_string()))?,
+                )),
+                Impl::Fusefss => Box::new(Erased(CompiledGate::new(composite::silu(n, f)?.0, len))),
+            }),
+            Op::RmsNorm { gamma, .. } => Some(match imp {
+                Impl::Sigma => Box::new(Erased(
+                    Norm::rms_norm(n, f, s.rows, s.cols, gamma.clone())
+                        .map_err(|e| SpecError::Width(e.to_string()))?,
+                )),
+                Impl::Fusefss => {
+                    let zero: Arc<[u64]> = vec![0; s.cols].into();
+                    Box::new(Erased(composite::norm(n, f, s.rows, s.cols, false, gamma.clone(), zero)?))
+                }
             }),
             Op::Gelu { tanh, .. } => Some(match imp {
                 Impl::Sigma => Box::new(Erased(

@@ -22,8 +22,9 @@ pub mod run;
 
 pub use error::EngineError;
 pub use exec::{
-    DealReport, KeySink, KeySource, PartyKeys, deal, deal_into, online, plain, reconstruct, share_input,
+    DealReport, KeySink, KeySource, PartyKeys, deal, deal_into, deal_step, online, online_step, plain,
+    plain_step, reconstruct, share_input,
 };
 pub use graph::{Graph, GraphError, Node, Op, Shape, ValueId};
 pub use layers::{DynGate, Impl, build};
-pub use run::{PartyRun, on_own_core, run_party, run_threads};
+pub use run::{PartyRun, on_own_core, run_party, run_party_step, run_threads, run_threads_step};

@@ -7,7 +7,7 @@ use gates::online::{Progress, Session, Stats};
 use gates::{Ctx, GateError};
 
 use crate::error::EngineError;
-use crate::exec::{KeySource, PartyKeys, online};
+use crate::exec::{KeySource, PartyKeys, online_step};
 use crate::graph::Graph;
 use crate::layers::DynGate;
 
@@ -22,6 +22,8 @@ pub struct PartyRun {
     pub times: Vec<(&'static str, Duration)>,
     /// Wall-clock time of its online phase (computation and waiting for the peer).
     pub wall: Duration,
+    /// The masked values it keeps for the next program of a session ([`Graph::carry`]).
+    pub carried: Vec<Vec<u64>>,
 }
 
 /// Run one server's online phase: `exchange(msg, idle)` sends this round's message to the
@@ -35,12 +37,28 @@ pub fn run_party(
     gates: &[Option<Box<dyn DynGate>>],
     keys: &mut dyn KeySource,
     x_share: &[u64],
+    exchange: impl FnMut(Vec<u8>, &mut dyn FnMut()) -> Result<Vec<u8>, GateError>,
+) -> Result<PartyRun, GateError> {
+    run_party_step(g, gates, keys, x_share, &[], exchange)
+}
+
+/// One program of a session at one server: as [`run_party`], with the masked values
+/// carried over from the previous program; [`PartyRun::carried`] holds this program's.
+///
+/// # Errors
+/// As [`run_party`].
+pub fn run_party_step(
+    g: &Graph,
+    gates: &[Option<Box<dyn DynGate>>],
+    keys: &mut dyn KeySource,
+    x_share: &[u64],
+    carried: &[Vec<u64>],
     mut exchange: impl FnMut(Vec<u8>, &mut dyn FnMut()) -> Result<Vec<u8>, GateError>,
 ) -> Result<PartyRun, GateError> {
     let ctx = Ctx::new(keys.party());
     let t = Instant::now();
-    let mut s = Session::new(&ctx, online(g, gates, &ctx, keys, x_share));
-    let output = loop {
+    let mut s = Session::new(&ctx, online_step(g, gates, &ctx, keys, x_share, carried));
+    let (output, carried) = loop {
         match s.advance() {
             Progress::Send(msg) => {
                 let peer = exchange(msg, &mut || ctx.drop_spent())?;
@@ -50,7 +68,7 @@ pub fn run_party(
         }
     };
     drop(s);
-    Ok(PartyRun { output, stats: ctx.stats(), times: ctx.times(), wall: t.elapsed() })
+    Ok(PartyRun { output, stats: ctx.stats(), times: ctx.times(), wall: t.elapsed(), carried })
 }
 
 /// Run `f` on a one-thread pool of its own: a server that shares the machine with its peer
@@ -86,6 +104,21 @@ pub fn run_threads(
     keys: [PartyKeys; 2],
     inputs: [Vec<u64>; 2],
 ) -> Result<[PartyRun; 2], EngineError> {
+    run_threads_step(g, gates, keys, inputs, [&[], &[]])
+}
+
+/// One program of a session on two threads: as [`run_threads`], each server with the
+/// masked values it carried over from the previous program.
+///
+/// # Errors
+/// As [`run_threads`].
+pub fn run_threads_step(
+    g: &Graph,
+    gates: &[Option<Box<dyn DynGate>>],
+    keys: [PartyKeys; 2],
+    inputs: [Vec<u64>; 2],
+    carried: [&[Vec<u64>]; 2],
+) -> Result<[PartyRun; 2], EngineError> {
     let (tx0, rx1) = mpsc::channel::<Vec<u8>>();
     let (tx1, rx0) = mpsc::channel::<Vec<u8>>();
     let [mut k0, mut k1] = keys;
@@ -98,8 +131,9 @@ pub fn run_threads(
         }
     };
     let (r0, r1) = std::thread::scope(|s| {
-        let h0 = s.spawn(|| on_own_core(|| run_party(g, gates, &mut k0, &x0, link(tx0, rx0))));
-        let h1 = s.spawn(|| on_own_core(|| run_party(g, gates, &mut k1, &x1, link(tx1, rx1))));
+        let [c0, c1] = carried;
+        let h0 = s.spawn(|| on_own_core(|| run_party_step(g, gates, &mut k0, &x0, c0, link(tx0, rx0))));
+        let h1 = s.spawn(|| on_own_core(|| run_party_step(g, gates, &mut k1, &x1, c1, link(tx1, rx1))));
         (h0.join(), h1.join())
     });
     let unwrap = |r: std::thread::Result<Result<PartyRun, GateError>>| -> Result<PartyRun, EngineError> {

@@ -9,6 +9,7 @@
 //! | [`float`] | the f64 forward passes and their pieces (matmul, LayerNorm, softmax, GeLU, attention) |
 //! | [`graph`] | the secure path: BERT and GPT-2 as engine programs over fixed-point weights |
 //! | [`tokenize`] | [`BuiltinTokenizer`] (no files), MiniLM's WordPiece, GPT-2's byte-level BPE |
+//! | [`llama`] | Llama-family decoders (SmolLM2's architecture): prefill and decode programs over a carried KV cache, f64 reference, `llama-tiny` |
 //! | [`registry`] | the models known by name ([`ModelName`]), loaded with their fixed point and tokenizer |
 //! | [`paths`] | where `scripts/fetch-models.sh` put the offline models |
 //!
@@ -25,6 +26,7 @@ pub mod config;
 pub mod error;
 pub mod float;
 pub mod graph;
+pub mod llama;
 pub mod load;
 pub mod paths;
 pub mod registry;

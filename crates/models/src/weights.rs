@@ -344,13 +344,13 @@ const LN_BIAS: f64 = 0.05;
 const CHUNK: usize = 1 << 15;
 
 /// Uniform values, one ChaCha8 stream per tensor in the order the tensors are drawn.
-struct Gen {
+pub(crate) struct Gen {
     seed: u64,
     stream: u64,
 }
 
 impl Gen {
-    fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Gen { seed, stream: 0 }
     }
 
@@ -374,12 +374,12 @@ impl Gen {
     }
 
     /// Mean 0, standard deviation `std` (uniform on `±std·√3`).
-    fn std(&mut self, len: usize, std: f64) -> Vec<f64> {
+    pub(crate) fn std(&mut self, len: usize, std: f64) -> Vec<f64> {
         self.uniform(len, 0.0, std * 3f64.sqrt())
     }
 
     /// A `fan_in × fan_out` weight with std `factor/√fan_in`.
-    fn linear(&mut self, fan_in: usize, fan_out: usize, factor: f64) -> Vec<f64> {
+    pub(crate) fn linear(&mut self, fan_in: usize, fan_out: usize, factor: f64) -> Vec<f64> {
         self.std(fan_in * fan_out, factor / (fan_in as f64).sqrt())
     }
 
@@ -387,7 +387,7 @@ impl Gen {
         self.uniform(len, 0.0, BIAS)
     }
 
-    fn ln_gain(&mut self, len: usize) -> Vec<f64> {
+    pub(crate) fn ln_gain(&mut self, len: usize) -> Vec<f64> {
         self.uniform(len, 1.0, LN_GAIN)
     }
 

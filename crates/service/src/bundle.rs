@@ -258,7 +258,27 @@ pub fn fingerprint(g: &Graph, imp: Impl) -> [u8; 32] {
                 put(10);
                 put((*tanh).into());
             }
+            Op::Carried { slot, .. } => {
+                put(11);
+                put(*slot as u64);
+            }
+            Op::Concat { .. } => put(12),
+            Op::MulPublic { c, .. } => {
+                put(13);
+                words(c, &mut put);
+            }
+            Op::Mul { .. } => put(14),
+            Op::Silu { .. } => put(15),
+            Op::RmsNorm { gamma, .. } => {
+                put(16);
+                words(gamma, &mut put);
+            }
         }
+    }
+    // Programs of a session also differ in what they carry to the next.
+    if !g.carry.is_empty() {
+        put(17);
+        g.carry.iter().for_each(|&v| put(v as u64));
     }
     h.finalize().into()
 }

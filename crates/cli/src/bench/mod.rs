@@ -36,6 +36,14 @@ enum BenchCommand {
     /// reference, and its error and cosine against the f64 model. Use `--json` for one
     /// JSON object per line.
     Model(model::ModelBenchArgs),
+    /// Private generation: the prefill over a prompt, then decode steps over the shared KV
+    /// cache, both servers in one process.
+    ///
+    /// Per implementation: prefill and median per-token online time, key generation, key
+    /// bytes (prefill and per token), communication and rounds per token, peak memory,
+    /// whether every step equals the plaintext fixed-point model, and how often the
+    /// fixed-point argmax equals the f64 model's. Use `--json` for one JSON object per line.
+    Generate(crate::generate::GenerateBenchArgs),
 }
 
 /// Run a `bench` subcommand.
@@ -44,6 +52,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Fss(a) => fss::run(a),
         BenchCommand::Ops(a) => ops::run(a),
         BenchCommand::Model(a) => model::run_bench(a),
+        BenchCommand::Generate(a) => crate::generate::run_bench(a),
     }
 }
 

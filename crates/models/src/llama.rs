@@ -1,0 +1,523 @@
+//! Llama-family decoders (SmolLM2's architecture) for token-by-token generation over a
+//! secret-shared KV cache: the prefill program over the prompt and one decode program per
+//! new token, with their f64 reference.
+//!
+//! Per layer (pre-norm): `x = x + Attn(RMSNorm(x))`, `x = x + W_down(SiLU(x·W_gate) ⊙
+//! (x·W_up))` on `RMSNorm(x)`; then the final RMSNorm of the last position and the LM head
+//! (here tied to the embedding), whose output stays at scale `2f`: the client truncates and
+//! samples in the clear. Attention is grouped-query (`heads / kv_heads` query heads per key
+//! and value head) with rotary position embeddings (Hugging Face's half-split layout, base
+//! `rope_theta`); the queries carry `1/√head_dim`.
+//!
+//! The rotated keys and the values of every layer are the programs' carried values
+//! ([`engine::Graph::carry`], slots `2l` and `2l + 1`): the servers keep them masked from one
+//! program to the next and never open them; a decode program appends its new row to each.
+
+use std::sync::Arc;
+
+use engine::blocks::quantize;
+use engine::{Graph, GraphError, Op, Shape, ValueId};
+
+use crate::error::{ModelError, Result};
+use crate::graph::Fixed;
+use crate::weights::Gen;
+
+/// A Llama decoder's shapes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LlamaConfig {
+    /// Vocabulary.
+    pub vocab: usize,
+    /// Hidden width.
+    pub hidden: usize,
+    /// Layers.
+    pub layers: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key and value heads (a divisor of `heads`).
+    pub kv_heads: usize,
+    /// MLP inner width.
+    pub ffn: usize,
+    /// Rotary embedding base.
+    pub rope_theta: f64,
+    /// RMSNorm's ε.
+    pub eps: f64,
+}
+
+impl LlamaConfig {
+    /// The built-in `llama-tiny`: 2 layers, hidden 64, 4 query and 2 key/value heads, FFN
+    /// 128, vocabulary 512, seeded random weights.
+    pub fn llama_tiny() -> LlamaConfig {
+        LlamaConfig {
+            vocab: 512,
+            hidden: 64,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            ffn: 128,
+            rope_theta: 1e4,
+            eps: 1e-5,
+        }
+    }
+
+    /// SmolLM2-135M's shapes.
+    pub fn smollm2_135m() -> LlamaConfig {
+        LlamaConfig {
+            vocab: 49152,
+            hidden: 576,
+            layers: 30,
+            heads: 9,
+            kv_heads: 3,
+            ffn: 1536,
+            rope_theta: 1e5,
+            eps: 1e-5,
+        }
+    }
+
+    /// Width of one head.
+    pub fn head_dim(&self) -> usize {
+        self.hidden / self.heads
+    }
+
+    /// The same model with its first `layers` layers.
+    pub fn with_layers(self, layers: usize) -> LlamaConfig {
+        LlamaConfig { layers: layers.min(self.layers), ..self }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let ok = self.heads > 0
+            && self.kv_heads > 0
+            && self.hidden.is_multiple_of(self.heads)
+            && self.heads.is_multiple_of(self.kv_heads)
+            && self.head_dim().is_multiple_of(2)
+            && self.vocab > 0
+            && self.layers > 0;
+        if ok {
+            Ok(())
+        } else {
+            Err(ModelError::InvalidConfig(format!("inconsistent Llama shapes {self:?}")))
+        }
+    }
+}
+
+/// One layer's weights, row-major `in × out`.
+#[derive(Clone, Debug)]
+pub struct LlamaLayer {
+    /// RMSNorm gain before attention.
+    pub attn_norm: Vec<f64>,
+    /// `hidden × heads·d`.
+    pub wq: Vec<f64>,
+    /// `hidden × kv_heads·d`.
+    pub wk: Vec<f64>,
+    /// `hidden × kv_heads·d`.
+    pub wv: Vec<f64>,
+    /// `heads·d × hidden`.
+    pub wo: Vec<f64>,
+    /// RMSNorm gain before the MLP.
+    pub mlp_norm: Vec<f64>,
+    /// `hidden × ffn`.
+    pub w_gate: Vec<f64>,
+    /// `hidden × ffn`.
+    pub w_up: Vec<f64>,
+    /// `ffn × hidden`.
+    pub w_down: Vec<f64>,
+}
+
+/// A Llama decoder's weights (the LM head tied to the embedding).
+#[derive(Clone, Debug)]
+pub struct LlamaWeights {
+    /// Shapes.
+    pub config: LlamaConfig,
+    /// `vocab × hidden`.
+    pub embed: Vec<f64>,
+    /// Layers.
+    pub layers: Vec<LlamaLayer>,
+    /// The final RMSNorm's gain.
+    pub final_norm: Vec<f64>,
+}
+
+impl LlamaWeights {
+    /// Seeded random weights of the given shapes.
+    ///
+    /// # Errors
+    /// [`ModelError::InvalidConfig`] for inconsistent shapes.
+    pub fn random(config: LlamaConfig, seed: u64) -> Result<LlamaWeights> {
+        config.validate()?;
+        let (h, d, f) = (config.hidden, config.head_dim(), config.ffn);
+        let mut g = Gen::new(seed);
+        let embed = g.std(config.vocab * h, 0.5);
+        let layers = (0..config.layers)
+            .map(|_| LlamaLayer {
+                attn_norm: g.ln_gain(h),
+                wq: g.linear(h, config.heads * d, 1.0),
+                wk: g.linear(h, config.kv_heads * d, 1.0),
+                wv: g.linear(h, config.kv_heads * d, 1.0),
+                wo: g.linear(config.heads * d, h, 0.5),
+                mlp_norm: g.ln_gain(h),
+                w_gate: g.linear(h, f, 1.0),
+                w_up: g.linear(h, f, 1.0),
+                w_down: g.linear(f, h, 0.5),
+            })
+            .collect();
+        let final_norm = g.ln_gain(h);
+        Ok(LlamaWeights { config, embed, layers, final_norm })
+    }
+
+    /// The embedding row of `id`.
+    fn row(&self, id: u32) -> &[f64] {
+        let h = self.config.hidden;
+        &self.embed[id as usize * h..(id as usize + 1) * h]
+    }
+}
+
+/// `cos(p·θ_j)` and `sin(p·θ_j)` of Hugging Face's rotary embedding for position `p`, per
+/// column of one head (`θ_j = base^{−2j/d}` for `j < d/2`, repeated for the second half).
+fn rope_angles(p: usize, d: usize, base: f64) -> (Vec<f64>, Vec<f64>) {
+    let half = d / 2;
+    let (mut c, mut s) = (vec![0.0; d], vec![0.0; d]);
+    for j in 0..d {
+        let theta = base.powf(-2.0 * (j % half) as f64 / d as f64);
+        let a = p as f64 * theta;
+        c[j] = a.cos();
+        s[j] = a.sin();
+    }
+    (c, s)
+}
+
+/// Rotate every head of `x` (`rows × heads·d`, row `i` at position `positions[i]`).
+fn rope_f64(x: &mut [f64], positions: &[usize], heads: usize, d: usize, base: f64) {
+    let half = d / 2;
+    for (i, &p) in positions.iter().enumerate() {
+        let (c, s) = rope_angles(p, d, base);
+        for hd in 0..heads {
+            let v = &mut x[(i * heads + hd) * d..(i * heads + hd + 1) * d];
+            let old = v.to_vec();
+            for j in 0..d {
+                let rot = if j < half { -old[j + half] } else { old[j - half] };
+                v[j] = old[j] * c[j] + rot * s[j];
+            }
+        }
+    }
+}
+
+/// RMSNorm of each row of `x`.
+pub fn rms_norm(x: &[f64], gamma: &[f64], eps: f64) -> Vec<f64> {
+    let cols = gamma.len();
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks(cols) {
+        let ms = row.iter().map(|v| v * v).sum::<f64>() / cols as f64;
+        let r = 1.0 / (ms + eps).sqrt();
+        out.extend(row.iter().zip(gamma).map(|(v, g)| v * r * g));
+    }
+    out
+}
+
+fn silu(x: f64) -> f64 {
+    x / (1.0 + (-x).exp())
+}
+
+/// The f64 model's state across a generation: each layer's rotated keys and values.
+#[derive(Clone, Debug, Default)]
+pub struct FloatCache {
+    /// Per layer, `(keys, values)`, `positions × kv_heads·d` each.
+    pub layers: Vec<(Vec<f64>, Vec<f64>)>,
+    /// Positions so far.
+    pub len: usize,
+}
+
+/// The f64 forward pass over `ids` at positions `cache.len ..`, appending to the cache; the
+/// logits of the last position.
+pub fn forward_f64(w: &LlamaWeights, ids: &[u32], cache: &mut FloatCache) -> Vec<f64> {
+    use crate::float::{matmul, softmax};
+    let c = &w.config;
+    let (h, d, hq, hkv) = (c.hidden, c.head_dim(), c.heads, c.kv_heads);
+    let group = hq / hkv;
+    let rows = ids.len();
+    let positions: Vec<usize> = (cache.len..cache.len + rows).collect();
+    let mut x: Vec<f64> = ids.iter().flat_map(|&t| w.row(t).to_vec()).collect();
+    if cache.layers.is_empty() {
+        cache.layers = vec![(vec![], vec![]); w.layers.len()];
+    }
+    for (l, layer) in w.layers.iter().enumerate() {
+        let a = rms_norm(&x, &layer.attn_norm, c.eps);
+        let mut q = matmul(&a, &layer.wq, rows, h, hq * d);
+        let mut k = matmul(&a, &layer.wk, rows, h, hkv * d);
+        let v = matmul(&a, &layer.wv, rows, h, hkv * d);
+        rope_f64(&mut q, &positions, hq, d, c.rope_theta);
+        rope_f64(&mut k, &positions, hkv, d, c.rope_theta);
+        let (kc, vc) = &mut cache.layers[l];
+        kc.extend_from_slice(&k);
+        vc.extend_from_slice(&v);
+        let total = cache.len + rows;
+        let mut ctx = vec![0.0; rows * hq * d];
+        let scale = 1.0 / (d as f64).sqrt();
+        for hd in 0..hq {
+            let kv = hd / group;
+            for i in 0..rows {
+                let seen = positions[i] + 1;
+                let mut s: Vec<f64> = (0..seen)
+                    .map(|t| {
+                        (0..d).map(|j| q[(i * hq + hd) * d + j] * kc[(t * hkv + kv) * d + j]).sum::<f64>()
+                            * scale
+                    })
+                    .collect();
+                softmax(&mut s);
+                for (t, p) in s.iter().enumerate() {
+                    for j in 0..d {
+                        ctx[(i * hq + hd) * d + j] += p * vc[(t * hkv + kv) * d + j];
+                    }
+                }
+                let _ = total;
+            }
+        }
+        let o = matmul(&ctx, &layer.wo, rows, hq * d, h);
+        x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+        let m = rms_norm(&x, &layer.mlp_norm, c.eps);
+        let gate = matmul(&m, &layer.w_gate, rows, h, c.ffn);
+        let up = matmul(&m, &layer.w_up, rows, h, c.ffn);
+        let act: Vec<f64> = gate.iter().zip(&up).map(|(g, u)| silu(*g) * u).collect();
+        let dn = matmul(&act, &layer.w_down, rows, c.ffn, h);
+        x.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
+    }
+    cache.len += rows;
+    let last = rms_norm(&x[(rows - 1) * h..], &w.final_norm, c.eps);
+    (0..c.vocab).map(|t| w.row(t as u32).iter().zip(&last).map(|(a, b)| a * b).sum()).collect()
+}
+
+/// The fixed-point weights of a Llama model, quantized once.
+#[derive(Clone, Debug)]
+pub struct LlamaFixed {
+    /// Shapes.
+    pub config: LlamaConfig,
+    /// Ring and scale.
+    pub fx: Fixed,
+    layers: Vec<FixedLayer>,
+    final_norm: Arc<[u64]>,
+    /// The LM head, `hidden × vocab` (the embedding transposed).
+    head: Arc<[u64]>,
+    embed: Arc<[u64]>,
+}
+
+#[derive(Clone, Debug)]
+struct FixedLayer {
+    attn_norm: Arc<[u64]>,
+    wq: Arc<[u64]>,
+    wk: Arc<[u64]>,
+    wv: Arc<[u64]>,
+    wo: Arc<[u64]>,
+    mlp_norm: Arc<[u64]>,
+    w_gate: Arc<[u64]>,
+    w_up: Arc<[u64]>,
+    w_down: Arc<[u64]>,
+}
+
+impl LlamaFixed {
+    /// Quantize `w` at `fx` (the queries carry `1/√head_dim`).
+    pub fn new(w: &LlamaWeights, fx: Fixed) -> LlamaFixed {
+        let c = w.config;
+        let q = |v: &[f64]| quantize(v, fx.f, fx.n);
+        let scale = 1.0 / (c.head_dim() as f64).sqrt();
+        let layers = w
+            .layers
+            .iter()
+            .map(|l| FixedLayer {
+                attn_norm: q(&l.attn_norm),
+                wq: q(&l.wq.iter().map(|v| v * scale).collect::<Vec<_>>()),
+                wk: q(&l.wk),
+                wv: q(&l.wv),
+                wo: q(&l.wo),
+                mlp_norm: q(&l.mlp_norm),
+                w_gate: q(&l.w_gate),
+                w_up: q(&l.w_up),
+                w_down: q(&l.w_down),
+            })
+            .collect();
+        let h = c.hidden;
+        let mut head = vec![0.0; h * c.vocab];
+        for t in 0..c.vocab {
+            for j in 0..h {
+                head[j * c.vocab + t] = w.embed[t * h + j];
+            }
+        }
+        LlamaFixed { config: c, fx, layers, final_norm: q(&w.final_norm), head: q(&head), embed: q(&w.embed) }
+    }
+
+    /// The client's input for `ids`: their embedding rows at scale `f`.
+    pub fn input(&self, ids: &[u32]) -> Vec<u64> {
+        let h = self.config.hidden;
+        ids.iter().flat_map(|&t| self.embed[t as usize * h..(t as usize + 1) * h].iter().copied()).collect()
+    }
+
+    /// The program for `rows` new tokens at positions `past ..`: the prefill when `past` is
+    /// 0 (causal over its rows), a decode step when `rows` is 1 and `past` positions are
+    /// cached. Its output is the last position's logits at scale `2f`; it carries every
+    /// layer's keys and values over `past + rows` positions.
+    ///
+    /// # Errors
+    /// [`GraphError`] if the shapes do not fit, or for several rows after a cache.
+    pub fn program(&self, past: usize, rows: usize) -> std::result::Result<Graph, GraphError> {
+        let c = &self.config;
+        let (h, d, hq, hkv) = (c.hidden, c.head_dim(), c.heads, c.kv_heads);
+        if rows == 0 || (past > 0 && rows != 1) {
+            return Err(GraphError { node: 0, msg: format!("{rows} rows after {past} cached positions") });
+        }
+        let (n, f) = (self.fx.n, self.fx.f);
+        let mut g = Graph::new(n, f, Shape::new(rows, h));
+        let positions: Vec<usize> = (past..past + rows).collect();
+        let lin = |g: &mut Graph,
+                   x: ValueId,
+                   w: &Arc<[u64]>,
+                   out: usize|
+         -> std::result::Result<ValueId, GraphError> {
+            let y = g.push(Op::Linear { x, w: w.clone(), b: None, out }, "linear")?;
+            g.push(Op::Trunc { x: y, shift: f }, "truncation")
+        };
+        let mut x = 0;
+        let mut carry = vec![];
+        for (l, layer) in self.layers.iter().enumerate() {
+            let a = g.push(Op::RmsNorm { x, gamma: layer.attn_norm.clone() }, "rmsnorm")?;
+            let q = lin(&mut g, a, &layer.wq, hq * d)?;
+            let k = lin(&mut g, a, &layer.wk, hkv * d)?;
+            let v = lin(&mut g, a, &layer.wv, hkv * d)?;
+            let q = self.rope(&mut g, q, &positions, hq)?;
+            let mut k = self.rope(&mut g, k, &positions, hkv)?;
+            let mut v = v;
+            if past > 0 {
+                let shape = Shape::new(past, hkv * d);
+                let kc = g.push(Op::Carried { slot: 2 * l, shape }, "kv cache")?;
+                let vc = g.push(Op::Carried { slot: 2 * l + 1, shape }, "kv cache")?;
+                k = g.push(Op::Concat { a: kc, b: k }, "kv cache")?;
+                v = g.push(Op::Concat { a: vc, b: v }, "kv cache")?;
+            }
+            carry.extend([k, v]);
+            let att = self.attention(&mut g, q, k, v, rows, past + rows)?;
+            let o = lin(&mut g, att, &layer.wo, h)?;
+            x = g.push(Op::Add { a: x, b: o }, "residual")?;
+            let m = g.push(Op::RmsNorm { x, gamma: layer.mlp_norm.clone() }, "rmsnorm")?;
+            let gate = lin(&mut g, m, &layer.w_gate, c.ffn)?;
+            let up = lin(&mut g, m, &layer.w_up, c.ffn)?;
+            let act = g.push(Op::Silu { x: gate }, "silu")?;
+            let prod = g.push(Op::Mul { a: act, b: up }, "mlp")?;
+            let prod = g.push(Op::Trunc { x: prod, shift: f }, "truncation")?;
+            let dn = lin(&mut g, prod, &layer.w_down, h)?;
+            x = g.push(Op::Add { a: x, b: dn }, "residual")?;
+        }
+        let last = engine::blocks::row(&mut g, x, rows - 1)?;
+        let y = g.push(Op::RmsNorm { x: last, gamma: self.final_norm.clone() }, "rmsnorm")?;
+        g.push(Op::Linear { x: y, w: self.head.clone(), b: None, out: c.vocab }, "lm head")?;
+        g.carry = carry;
+        Ok(g)
+    }
+
+    /// Rotary embedding of `x` (`rows × heads·d` at scale `f`): `x ⊙ cos + swap(x) ⊙ ±sin`,
+    /// truncated back to `f` (the rotation is linear, so it is local but for the truncation).
+    fn rope(
+        &self,
+        g: &mut Graph,
+        x: ValueId,
+        positions: &[usize],
+        heads: usize,
+    ) -> std::result::Result<ValueId, GraphError> {
+        let d = self.config.head_dim();
+        let half = d / 2;
+        let w = heads * d;
+        let (mut cs, mut sn) =
+            (Vec::with_capacity(positions.len() * w), Vec::with_capacity(positions.len() * w));
+        let mut swap = Vec::with_capacity(positions.len() * w);
+        for (i, &p) in positions.iter().enumerate() {
+            let (c, s) = rope_angles(p, d, self.config.rope_theta);
+            for hd in 0..heads {
+                for j in 0..d {
+                    cs.push(c[j]);
+                    sn.push(if j < half { -s[j] } else { s[j] });
+                    let src = if j < half { j + half } else { j - half };
+                    swap.push((i * w + hd * d + src) as u32);
+                }
+            }
+        }
+        let (n, f) = (self.fx.n, self.fx.f);
+        let shape = g.shape(x);
+        let a = g.push(Op::MulPublic { x, c: quantize(&cs, f, n) }, "rope")?;
+        let sw = g.push(Op::Gather { x, index: swap.into(), shape }, "rope")?;
+        let b = g.push(Op::MulPublic { x: sw, c: quantize(&sn, f, n) }, "rope")?;
+        let r = g.push(Op::Add { a, b }, "rope")?;
+        g.push(Op::Trunc { x: r, shift: f }, "truncation")
+    }
+
+    /// Grouped-query attention of `rows` queries over `len` keys (causal when they are the
+    /// same positions, `rows == len`).
+    fn attention(
+        &self,
+        g: &mut Graph,
+        q: ValueId,
+        k: ValueId,
+        v: ValueId,
+        rows: usize,
+        len: usize,
+    ) -> std::result::Result<ValueId, GraphError> {
+        let c = &self.config;
+        let (d, hq, hkv) = (c.head_dim(), c.heads, c.kv_heads);
+        let group = hq / hkv;
+        let f = self.fx.f;
+        let qi: Vec<u32> = (0..hq)
+            .flat_map(|hd| (0..rows).flat_map(move |i| (0..d).map(move |j| (i * hq * d + hd * d + j) as u32)))
+            .collect();
+        let kt: Vec<u32> = (0..hq)
+            .flat_map(|hd| {
+                (0..d).flat_map(move |j| (0..len).map(move |t| (t * hkv * d + (hd / group) * d + j) as u32))
+            })
+            .collect();
+        let vi: Vec<u32> = (0..hq)
+            .flat_map(|hd| {
+                (0..len).flat_map(move |t| (0..d).map(move |j| (t * hkv * d + (hd / group) * d + j) as u32))
+            })
+            .collect();
+        let q =
+            g.push(Op::Gather { x: q, index: qi.into(), shape: Shape::new(hq * rows, d) }, "attention")?;
+        let kt =
+            g.push(Op::Gather { x: k, index: kt.into(), shape: Shape::new(hq * d, len) }, "attention")?;
+        let v = g.push(Op::Gather { x: v, index: vi.into(), shape: Shape::new(hq * len, d) }, "attention")?;
+        let s = g.push(Op::MatMul { a: q, b: kt, count: hq, m: rows, k: d, n: len }, "attention")?;
+        let s = g.push(Op::Trunc { x: s, shift: f }, "truncation")?;
+        let p = g.push(Op::Softmax { x: s, causal: rows == len && rows > 1 }, "softmax")?;
+        let ctx = g.push(Op::MatMul { a: p, b: v, count: hq, m: rows, k: len, n: d }, "attention")?;
+        let ctx = g.push(Op::Trunc { x: ctx, shift: f }, "truncation")?;
+        let merged: Vec<u32> = (0..rows)
+            .flat_map(|i| (0..hq).flat_map(move |hd| (0..d).map(move |j| ((hd * rows + i) * d + j) as u32)))
+            .collect();
+        g.push(Op::Gather { x: ctx, index: merged.into(), shape: Shape::new(rows, hq * d) }, "attention")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decoding_with_the_cache_equals_recomputing_the_prefix() {
+        let w = LlamaWeights::random(LlamaConfig::llama_tiny(), 1).unwrap();
+        let ids = [5u32, 17, 300, 2];
+        let mut full = FloatCache::default();
+        let all = forward_f64(&w, &ids, &mut full);
+        let mut c = FloatCache::default();
+        forward_f64(&w, &ids[..2], &mut c);
+        forward_f64(&w, &ids[2..3], &mut c);
+        let step = forward_f64(&w, &ids[3..], &mut c);
+        let err = all.iter().zip(&step).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(err < 1e-9, "{err}");
+        assert_eq!(c.len, 4);
+    }
+
+    #[test]
+    fn programs_carry_each_layers_keys_and_values() {
+        let w = LlamaWeights::random(LlamaConfig::llama_tiny(), 1).unwrap();
+        let fx = LlamaFixed::new(&w, Fixed { n: 50, f: 12 });
+        let p = fx.program(0, 3).unwrap();
+        assert_eq!(p.carry.len(), 4);
+        assert_eq!(p.shape(p.output), Shape::new(1, 512));
+        assert_eq!(p.shape(p.carry[0]), Shape::new(3, 32));
+        let d = fx.program(3, 1).unwrap();
+        assert_eq!(d.carried_in(), vec![Some(Shape::new(3, 32)); 4]);
+        assert_eq!(d.shape(d.carry[3]), Shape::new(4, 32));
+        assert!(fx.program(3, 2).is_err());
+    }
+}
