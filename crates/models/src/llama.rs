@@ -83,7 +83,11 @@ impl LlamaConfig {
         LlamaConfig { layers: layers.min(self.layers), ..self }
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Check the shapes fit together.
+    ///
+    /// # Errors
+    /// [`ModelError::InvalidConfig`].
+    pub fn check(&self) -> Result<()> {
         let ok = self.heads > 0
             && self.kv_heads > 0
             && self.hidden.is_multiple_of(self.heads)
@@ -141,7 +145,7 @@ impl LlamaWeights {
     /// # Errors
     /// [`ModelError::InvalidConfig`] for inconsistent shapes.
     pub fn random(config: LlamaConfig, seed: u64) -> Result<LlamaWeights> {
-        config.validate()?;
+        config.check()?;
         let (h, d, f) = (config.hidden, config.head_dim(), config.ffn);
         let mut g = Gen::new(seed);
         let embed = g.std(config.vocab * h, 0.5);

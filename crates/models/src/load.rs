@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use crate::config::{BertConfig, Gpt2Config};
 use crate::error::{ModelError, Result};
+use crate::llama::{LlamaConfig, LlamaLayer, LlamaWeights};
 use crate::weights::{BertLayer, BertWeights, Gpt2Layer, Gpt2Weights};
 
 /// The weights file looked up in a model folder.
@@ -277,6 +278,68 @@ impl BertWeights {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(BertWeights { config, word, position, token_type, emb_ln_g, emb_ln_b, layers })
+    }
+}
+
+impl LlamaWeights {
+    /// Loads a Hugging Face `LlamaForCausalLM` checkpoint (`model.embed_tokens.weight`,
+    /// `model.layers.N.self_attn.q_proj.weight`, ..., with or without the `model.` prefix)
+    /// with a tied LM head; heads, key/value heads, the rotary base and RMSNorm's ε from
+    /// `config.json` (required: shapes do not tell them).
+    ///
+    /// # Errors
+    /// As [`BertWeights::from_safetensors`], and [`ModelError::InvalidConfig`] for a model
+    /// whose LM head is not tied to its embedding.
+    pub fn from_safetensors(path: impl AsRef<Path>) -> Result<Self> {
+        let (file, config_path) = resolve(path.as_ref());
+        let bytes = read_file(&file)?;
+        let cfg = JsonConfig::read(config_path.clone())?;
+        let t = Tensors::parse(&file, &bytes, &["model."], "embed_tokens.weight")?;
+        let [vocab, hidden] = t.shape2("embed_tokens.weight")?;
+        let layers = t.count_layers(|i| format!("layers.{i}.self_attn.q_proj.weight"));
+        let need = |key: &str| -> Result<usize> {
+            cfg.usize(key)?
+                .ok_or_else(|| ModelError::InvalidConfig(format!("{}: no {key}", config_path.display())))
+        };
+        if cfg.value.get("tie_word_embeddings").and_then(Value::as_bool) == Some(false) {
+            return Err(ModelError::InvalidConfig(
+                "only a LM head tied to the embedding is supported".into(),
+            ));
+        }
+        let heads = need("num_attention_heads")?;
+        let config = LlamaConfig {
+            vocab,
+            hidden,
+            layers,
+            heads,
+            kv_heads: cfg.usize("num_key_value_heads")?.unwrap_or(heads),
+            ffn: t.shape2("layers.0.mlp.gate_proj.weight")?[0],
+            rope_theta: cfg.f64("rope_theta")?.unwrap_or(1e4),
+            eps: cfg.f64("rms_norm_eps")?.unwrap_or(1e-5),
+        };
+        let (h, d) = (hidden, config.head_dim());
+        let (q, kv, f) = (config.heads * d, config.kv_heads * d, config.ffn);
+        let embed = t.load("embed_tokens.weight", &[vocab, h])?;
+        let layers = (0..layers)
+            .map(|i| {
+                let n = |s: &str| format!("layers.{i}.{s}");
+                Ok(LlamaLayer {
+                    attn_norm: t.load(&n("input_layernorm.weight"), &[h])?,
+                    wq: t.linear_t(&n("self_attn.q_proj.weight"), h, q)?,
+                    wk: t.linear_t(&n("self_attn.k_proj.weight"), h, kv)?,
+                    wv: t.linear_t(&n("self_attn.v_proj.weight"), h, kv)?,
+                    wo: t.linear_t(&n("self_attn.o_proj.weight"), q, h)?,
+                    mlp_norm: t.load(&n("post_attention_layernorm.weight"), &[h])?,
+                    w_gate: t.linear_t(&n("mlp.gate_proj.weight"), h, f)?,
+                    w_up: t.linear_t(&n("mlp.up_proj.weight"), h, f)?,
+                    w_down: t.linear_t(&n("mlp.down_proj.weight"), f, h)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let final_norm = t.load("norm.weight", &[h])?;
+        let w = LlamaWeights { config, embed, layers, final_norm };
+        w.config.check()?;
+        Ok(w)
     }
 }
 

@@ -29,6 +29,11 @@ pub fn minilm_dir() -> PathBuf {
     models_dir().join("minilm")
 }
 
+/// SmolLM2-135M-Instruct's folder (`model.safetensors`, `config.json`, `tokenizer.json`).
+pub fn smollm2_dir() -> PathBuf {
+    models_dir().join("smollm2")
+}
+
 /// GPT-2's tokenizer folder (`encoder.json`, `vocab.bpe`).
 pub fn gpt2_dir() -> PathBuf {
     models_dir().join("gpt2")
