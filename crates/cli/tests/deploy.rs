@@ -464,7 +464,9 @@ fn overload_and_vanished_clients_spend_no_bundle() {
     assert_eq!(ledger(&d, 1), ledger(&d, 0));
 
     // A client that sends its half to party 0, leaves, then sends to party 1: party 0 finds
-    // it gone before it takes a bundle and withdraws it at party 1.
+    // it gone before it takes a bundle and withdraws it at party 1. (First the burst's
+    // unpaired halves expire: party 1 keeps them twice the pair timeout of 2 s.)
+    std::thread::sleep(Duration::from_millis(4500));
     let mut c0 = pinned_client(&tls_dir, &p0.addr);
     for m in query_messages(0xCD, 8 * 128) {
         c0.send(&m).unwrap();
