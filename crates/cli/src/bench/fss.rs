@@ -26,7 +26,7 @@ pub struct FssBenchArgs {
     json: bool,
     /// Keys evaluated together in one batch (each at its own point). The default keeps the
     /// batch's key material in cache (2.5 MB for DCF K = 4), so the rows measure the
-    /// evaluator against AES; with 8192 the keys stream from memory (see the README).
+    /// evaluator against AES; with 8192 the keys stream from memory (see docs/benchmarks.md).
     #[arg(long, default_value_t = 1024)]
     batch: usize,
     /// Timed repetitions per measurement; the median is reported.
