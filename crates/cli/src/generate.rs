@@ -10,8 +10,7 @@ use std::time::Instant;
 use anyhow::bail;
 use clap::Args;
 use engine::blocks::dequantize;
-use engine::{Impl, PartyKeys, build, deal_step, plain_step, reconstruct, run_threads_step, share_input};
-use fss::Party;
+use engine::{Impl, build, deal_carried, plain_step, reconstruct, run_threads_step, share_input};
 use fss::rng::{DealerRng, Rng, SeedableRng};
 use models::graph::Fixed;
 use models::llama::{FloatCache, LlamaConfig, LlamaFixed, LlamaWeights, forward_f64};
@@ -255,16 +254,12 @@ pub fn run_session(
         let past = if step == 0 { 0 } else { ids.len() - 1 };
         let g = fx.program(past, new.len())?;
         let gates = build(&g, imp)?;
-        let empty = |party| PartyKeys { party, input_mask: vec![], output_mask: vec![], gates: vec![] };
-        let mut keys = [empty(Party::P0), empty(Party::P1)];
-        let [k0, k1] = &mut keys;
-        let (report, next_masks) = deal_step(&g, &gates, &mut dealer, [k0, k1], &masks, |_, _| {})?;
-        keys.iter_mut().for_each(|k| k.gates.resize_with(g.nodes.len(), || None));
+        let dealt = deal_carried(&g, &gates, &mut dealer, &masks, |_, _| {})?;
         let x = fx.input(&new);
         let (want, next_plain) = plain_step(&g, &gates, &x, &plain_cache)?;
         let (x0, x1) = share_input(&x, g.n, &mut client);
         let t = Instant::now();
-        let [r0, r1] = run_threads_step(&g, &gates, keys, [x0, x1], [&held[0], &held[1]])?;
+        let [r0, r1] = run_threads_step(&g, &gates, dealt.keys, [x0, x1], [&held[0], &held[1]])?;
         let online = t.elapsed();
         let y = reconstruct(&r0.output, &r1.output, g.n);
         let logits: Vec<f64> = y.iter().map(|&v| dequantize(v, 2 * g.f, g.n)).collect();
@@ -275,8 +270,8 @@ pub fn run_session(
             step,
             token,
             online_ms: online.as_secs_f64() * 1e3,
-            keygen_ms: report.time.as_secs_f64() * 1e3,
-            key_bytes: report.key_bits.div_ceil(8),
+            keygen_ms: dealt.report.time.as_secs_f64() * 1e3,
+            key_bytes: dealt.report.key_bits.div_ceil(8),
             comm_bytes: r0.stats.comm_bytes().max(r1.stats.comm_bytes()),
             rounds: r0.stats.rounds,
             exact: y == want,
@@ -290,7 +285,7 @@ pub fn run_session(
         };
         each(&row);
         steps.push(row);
-        masks = next_masks;
+        masks = dealt.carry;
         held = [r0.carried, r1.carried];
         plain_cache = next_plain;
         ids.push(token);

@@ -158,12 +158,39 @@ pub fn deal(
     rng: &mut DealerRng,
     progress: impl FnMut(usize, usize),
 ) -> Result<(PartyKeys, PartyKeys, DealReport), EngineError> {
+    let Dealt { keys: [k0, k1], report, .. } = deal_carried(g, gates, rng, &[], progress)?;
+    Ok((k0, k1, report))
+}
+
+/// One program of a session, dealt in memory ([`deal_carried`]).
+#[derive(Debug)]
+pub struct Dealt {
+    /// Both parties' keys.
+    pub keys: [PartyKeys; 2],
+    /// What key generation produced.
+    pub report: DealReport,
+    /// The masks of the program's [`Graph::carry`], for the next program.
+    pub carry: Vec<Vec<u64>>,
+}
+
+/// One program of a session dealt in memory: as [`deal`], with the masks of the values
+/// carried over from the previous program ([`deal_step`]).
+///
+/// # Errors
+/// As [`deal_step`].
+pub fn deal_carried(
+    g: &Graph,
+    gates: &[Option<Box<dyn DynGate>>],
+    rng: &mut DealerRng,
+    carried_masks: &[Vec<u64>],
+    progress: impl FnMut(usize, usize),
+) -> Result<Dealt, EngineError> {
     let empty = |party| PartyKeys { party, input_mask: vec![], output_mask: vec![], gates: vec![] };
     let (mut k0, mut k1) = (empty(Party::P0), empty(Party::P1));
-    let report = deal_into(g, gates, rng, [&mut k0, &mut k1], progress)?;
+    let (report, carry) = deal_step(g, gates, rng, [&mut k0, &mut k1], carried_masks, progress)?;
     k0.gates.resize_with(g.nodes.len(), || None);
     k1.gates.resize_with(g.nodes.len(), || None);
-    Ok((k0, k1, report))
+    Ok(Dealt { keys: [k0, k1], report, carry })
 }
 
 /// The dealer, streaming: masks for every value, and both parties' keys handed to `sinks`

@@ -59,28 +59,9 @@ impl LlamaConfig {
         }
     }
 
-    /// SmolLM2-135M's shapes.
-    pub fn smollm2_135m() -> LlamaConfig {
-        LlamaConfig {
-            vocab: 49152,
-            hidden: 576,
-            layers: 30,
-            heads: 9,
-            kv_heads: 3,
-            ffn: 1536,
-            rope_theta: 1e5,
-            eps: 1e-5,
-        }
-    }
-
     /// Width of one head.
     pub fn head_dim(&self) -> usize {
         self.hidden / self.heads
-    }
-
-    /// The same model with its first `layers` layers.
-    pub fn with_layers(self, layers: usize) -> LlamaConfig {
-        LlamaConfig { layers: layers.min(self.layers), ..self }
     }
 
     /// Check the shapes fit together.
@@ -251,7 +232,6 @@ pub fn forward_f64(w: &LlamaWeights, ids: &[u32], cache: &mut FloatCache) -> Vec
         let (kc, vc) = &mut cache.layers[l];
         kc.extend_from_slice(&k);
         vc.extend_from_slice(&v);
-        let total = cache.len + rows;
         let mut ctx = vec![0.0; rows * hq * d];
         let scale = 1.0 / (d as f64).sqrt();
         for hd in 0..hq {
@@ -270,7 +250,6 @@ pub fn forward_f64(w: &LlamaWeights, ids: &[u32], cache: &mut FloatCache) -> Vec
                         ctx[(i * hq + hd) * d + j] += p * vc[(t * hkv + kv) * d + j];
                     }
                 }
-                let _ = total;
             }
         }
         let o = matmul(&ctx, &layer.wo, rows, hq * d, h);

@@ -4,7 +4,7 @@
 //! with both implementations; the generated tokens follow the f64 model's.
 
 use engine::blocks::dequantize;
-use engine::{Impl, build, deal_step, plain_step, reconstruct, run_threads_step, share_input};
+use engine::{Impl, build, deal_carried, plain_step, reconstruct, run_threads_step, share_input};
 use fss::rng::{DealerRng, SeedableRng};
 use models::graph::Fixed;
 use models::llama::{FloatCache, LlamaConfig, LlamaFixed, LlamaWeights, forward_f64};
@@ -36,26 +36,18 @@ fn generation_over_a_shared_kv_cache_is_exact() {
                 if step == 0 { (0, prompt.to_vec()) } else { (ids.len() - 1, vec![*ids.last().unwrap()]) };
             let g = fx.program(past, new.len()).unwrap();
             let gates = build(&g, imp).unwrap();
-            let mut k: [engine::PartyKeys; 2] = std::array::from_fn(|p| engine::PartyKeys {
-                party: if p == 0 { fss::Party::P0 } else { fss::Party::P1 },
-                input_mask: vec![],
-                output_mask: vec![],
-                gates: vec![],
-            });
-            let [k0, k1] = &mut k;
-            let (_, next_masks) = deal_step(&g, &gates, &mut rng, [k0, k1], &masks, |_, _| {}).unwrap();
-            k.iter_mut().for_each(|k| k.gates.resize_with(g.nodes.len(), || None));
+            let dealt = deal_carried(&g, &gates, &mut rng, &masks, |_, _| {}).unwrap();
             let x = fx.input(&new);
             let (want, next_plain) = plain_step(&g, &gates, &x, &plain_cache).unwrap();
             let (x0, x1) = share_input(&x, g.n, &mut rng);
-            let [r0, r1] = run_threads_step(&g, &gates, k, [x0, x1], [&held[0], &held[1]]).unwrap();
+            let [r0, r1] = run_threads_step(&g, &gates, dealt.keys, [x0, x1], [&held[0], &held[1]]).unwrap();
             let logits = reconstruct(&r0.output, &r1.output, g.n);
             assert_eq!(logits, want, "{imp:?} step {step}");
             // The servers' cache is masked: its values differ from the plaintext ones but
             // agree between the two servers.
             assert_eq!(r0.carried, r1.carried);
             assert_ne!(r0.carried, next_plain);
-            masks = next_masks;
+            masks = dealt.carry;
             held = [r0.carried, r1.carried];
             plain_cache = next_plain;
             // The client: truncate to scale f, pick greedily, compare with the f64 model.

@@ -225,14 +225,6 @@ impl Conn {
         gone
     }
 
-    /// A shared handle on the socket, to shut it down from another thread.
-    ///
-    /// # Errors
-    /// A socket error.
-    pub fn socket(&self) -> Result<TcpStream, NetError> {
-        Ok(self.sock.try_clone()?)
-    }
-
     fn writer_failed(&self) -> Option<NetError> {
         let e = self.writer_error.lock().unwrap_or_else(PoisonError::into_inner).clone()?;
         Some(NetError::Io(std::io::Error::other(e)))

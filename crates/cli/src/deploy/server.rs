@@ -229,13 +229,11 @@ fn establish(sock: TcpStream, cfg: &ConnCfg, accepts: Accepts) -> Option<Event> 
         let _ = conn.send(&Msg::Failed(why).encode());
         None
     };
-    let head =
-        match conn.recv().map_err(|e| e.to_string()).and_then(|b| Msg::decode(&b).map_err(|e| e.to_string()))
-        {
-            Ok(Msg::Query(h)) => h,
-            Ok(m) => return fail(&mut conn, format!("expected a query, got {}", m.name())),
-            Err(e) => return fail(&mut conn, format!("no query: {e}")),
-        };
+    let head = match recv_msg(&mut conn) {
+        Ok(Msg::Query(h)) => h,
+        Ok(m) => return fail(&mut conn, format!("expected a query, got {}", m.name())),
+        Err(e) => return fail(&mut conn, format!("no query: {e}")),
+    };
     let shape = match shape_of(&head) {
         Ok(s) => s,
         Err(e) => return fail(&mut conn, e),
@@ -250,19 +248,23 @@ fn establish(sock: TcpStream, cfg: &ConnCfg, accepts: Accepts) -> Option<Event> 
         return fail(&mut conn, format!("no key bundle for {shape} on this server: it holds {what}"));
     };
     conn.set_max_frame(limits::share(words));
-    let share =
-        match conn.recv().map_err(|e| e.to_string()).and_then(|b| Msg::decode(&b).map_err(|e| e.to_string()))
-        {
-            Ok(Msg::Share(v)) if v.len() == words => v,
-            Ok(Msg::Share(v)) => {
-                return fail(&mut conn, format!("the input has {} values; {shape} takes {words}", v.len()));
-            }
-            Ok(m) => return fail(&mut conn, format!("expected the input share, got {}", m.name())),
-            Err(e) => return fail(&mut conn, format!("no input share: {e}")),
-        };
+    let share = match recv_msg(&mut conn) {
+        Ok(Msg::Share(v)) if v.len() == words => v,
+        Ok(Msg::Share(v)) => {
+            return fail(&mut conn, format!("the input has {} values; {shape} takes {words}", v.len()));
+        }
+        Ok(m) => return fail(&mut conn, format!("expected the input share, got {}", m.name())),
+        Err(e) => return fail(&mut conn, format!("no input share: {e}")),
+    };
     conn.set_max_frame(limits::CONTROL);
     conn.set_frame_deadline(None);
     Some(Event::Client(Half { head, shape, share, client: conn, arrived: Instant::now() }))
+}
+
+/// The next message on `conn`, decoded.
+fn recv_msg(conn: &mut Conn) -> Result<Msg, String> {
+    let b = conn.recv().map_err(|e| e.to_string())?;
+    Msg::decode(&b).map_err(|e| e.to_string())
 }
 
 fn shape_of(h: &QueryHead) -> Result<Shape, String> {
@@ -564,11 +566,7 @@ impl Server {
         let (timeout, control) = (self.timeout, self.control);
         let peer = self.peer.as_mut().expect("linked");
         peer.set_timeout(Some(control.max(timeout)));
-        let ready = peer
-            .send(&begin.encode())
-            .and_then(|()| peer.recv())
-            .map_err(|e| e.to_string())
-            .and_then(|b| Msg::decode(&b).map_err(|e| e.to_string()));
+        let ready = peer.send(&begin.encode()).map_err(|e| e.to_string()).and_then(|()| recv_msg(peer));
         let started = match ready {
             Ok(m) => {
                 proposal.on_ready(m).map_err(|e| e.unwrap_or_else(|| "party 1 answered out of turn".into()))
@@ -581,24 +579,28 @@ impl Server {
             fail_client(self.party, h, &reason(&e));
             return None;
         }
-        let t = Instant::now();
+        self.run_and_answer(&prog, &mut keys, h, id);
+        None
+    }
+
+    /// Run the online phase of a begun query and send its client the answer or the error.
+    fn run_and_answer(&mut self, prog: &Program, keys: &mut BundleReader, mut h: Half<Conn>, id: BundleId) {
         let share = std::mem::take(&mut h.share);
-        match self.online(&prog, &mut keys, &share, id) {
+        match self.online(prog, keys, &share, id) {
             Ok(a) => {
                 self.say(format!(
-                    "query {}: bundle {}, online {:.0} ms, {} rounds, {:.2} MB ({:.0} ms in all)",
+                    "query {}: bundle {}, online {:.0} ms, {} rounds, {:.2} MB ({:.0} ms since it arrived)",
                     tag(&h.id()),
                     a.bundle,
                     a.online_ms,
                     a.rounds,
                     a.comm_bytes as f64 / 1e6,
-                    t.elapsed().as_secs_f64() * 1e3
+                    h.arrived.elapsed().as_secs_f64() * 1e3
                 ));
                 let _ = h.client.send(&Msg::Answer(a).encode());
             }
             Err(e) => fail_client(self.party, h, &e),
         }
-        None
     }
 
     /// The online phase over the server link; the bundle is deleted whatever happens, and
@@ -692,6 +694,8 @@ impl Server {
     fn follow(mut self, rx: Receiver<Event>, limits: Limits) -> anyhow::Result<()> {
         self.say(format!("waiting for party 0 (expected from {})", self.peer_addr));
         let mut f: Follower<Conn> = Follower::new(limits);
+        // The program of the last proposal party 1 accepted (a `Begin` can only be for it).
+        let mut accepted: Option<Arc<Program>> = None;
         let mut looked = Instant::now();
         loop {
             if f.waiting() == 0 {
@@ -736,7 +740,12 @@ impl Server {
                     continue;
                 }
             };
-            let step = msg.and_then(|m| f.on_peer(m, |h, id, fp| self.check(h, id, fp).map(|_| ())));
+            let step = msg.and_then(|m| {
+                f.on_peer(m, |h, id, fp| {
+                    accepted = Some(self.check(h, id, fp)?);
+                    Ok(())
+                })
+            });
             let step = match step {
                 Ok(s) => s,
                 Err(e) => {
@@ -757,31 +766,22 @@ impl Server {
                 fail_client(self.party, h, &why);
             }
             if let Some((h, id)) = step.start {
-                self.follow_query(h, id);
+                match accepted.take() {
+                    Some(prog) => self.follow_query(h, id, &prog),
+                    None => fail_client(self.party, h, "party 0 began a query party 1 had not accepted"),
+                }
             }
         }
     }
 
     /// Party 0 began a query it proposed and party 1 accepted: mark the bundle used,
     /// confirm, run.
-    fn follow_query(&mut self, mut h: Half<Conn>, id: BundleId) {
-        let prog = match self.store.path_of(&id).exists().then(|| read_header(&self.store.path_of(&id))) {
-            Some(Ok(hd)) => hd
-                .descriptor
-                .parse::<Descriptor>()
-                .map_err(|e| e.to_string())
-                .and_then(|d| self.programs.get(d)),
-            _ => Err(format!("bundle {id} vanished at party 1")),
-        };
+    fn follow_query(&mut self, h: Half<Conn>, id: BundleId, prog: &Program) {
         let path = self.store.path_of(&id);
-        let keys = prog.and_then(|p| {
-            BundleReader::open(&path, &p.graph, &p.fingerprint, self.party)
-                .map(|k| (p, k))
-                .map_err(|e| e.to_string())
-        });
-        let (prog, mut keys) = match keys {
-            Ok(x) => x,
+        let mut keys = match BundleReader::open(&path, &prog.graph, &prog.fingerprint, self.party) {
+            Ok(k) => k,
             Err(e) => {
+                let e = e.to_string();
                 self.retire(id);
                 if let Some(p) = self.peer.as_mut() {
                     let _ = p.send(&Msg::Reject { bundle_unusable: true, reason: e.clone() }.encode());
@@ -811,20 +811,6 @@ impl Server {
             self.discard(id);
             return fail_client(self.party, h, "party 0 is gone");
         }
-        let share = std::mem::take(&mut h.share);
-        match self.online(&prog, &mut keys, &share, id) {
-            Ok(a) => {
-                self.say(format!(
-                    "query {}: bundle {}, online {:.0} ms, {} rounds, {:.2} MB",
-                    tag(&h.id()),
-                    a.bundle,
-                    a.online_ms,
-                    a.rounds,
-                    a.comm_bytes as f64 / 1e6
-                ));
-                let _ = h.client.send(&Msg::Answer(a).encode());
-            }
-            Err(e) => fail_client(self.party, h, &e),
-        }
+        self.run_and_answer(prog, &mut keys, h, id);
     }
 }
