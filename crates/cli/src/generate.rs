@@ -10,13 +10,14 @@ use std::time::Instant;
 use anyhow::bail;
 use clap::Args;
 use engine::blocks::dequantize;
-use engine::{Impl, build, deal_carried, plain_step, reconstruct, run_threads_step, share_input};
+use engine::{Impl, build, deal_carried, deal_step, plain_step, reconstruct, share_input};
 use fss::rng::{DealerRng, Rng, SeedableRng};
 use models::graph::Fixed;
 use models::llama::{FloatCache, LlamaConfig, LlamaFixed, LlamaWeights, forward_f64};
 use serde::Serialize;
 
-use crate::model::ImplChoice;
+use crate::bench::model::NetChoice;
+use crate::model::{ImplChoice, Link, TransportChoice, run_linked_step};
 
 /// The models `generate` knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -170,6 +171,8 @@ pub struct StepRow {
     pub keygen_ms: f64,
     /// One party's key bytes.
     pub key_bytes: u64,
+    /// One party's key bytes by layer type.
+    pub key_bytes_by_layer: std::collections::BTreeMap<&'static str, u64>,
     /// Bytes one server sent.
     pub comm_bytes: u64,
     /// Online rounds.
@@ -224,6 +227,86 @@ fn pick(logits: &[f64], s: Sampling, rng: &mut impl Rng) -> u32 {
     p[keep - 1].0 as u32
 }
 
+/// Where a session's keys go between the dealer and the servers.
+#[derive(Clone, Debug)]
+pub enum KeysAt {
+    /// In memory (fast; the prefill's keys, 3 GB per party for SmolLM2 at 32 tokens, all
+    /// at once).
+    Memory,
+    /// One bundle per party and step in this folder, written by the dealer and streamed
+    /// back by the servers as they run the step, then deleted.
+    Disk(std::path::PathBuf),
+}
+
+/// How a session runs.
+#[derive(Clone, Debug)]
+pub struct SessionOpts {
+    /// The link between the servers.
+    pub link: Link,
+    /// Where the keys go.
+    pub keys: KeysAt,
+    /// Stop at the model's end of turn.
+    pub stop_at_eos: bool,
+}
+
+/// Deal step `step`'s keys with the carried masks, to memory or to bundles on disk, and run
+/// both servers over `opts.link`; returns the dealer's report, its masks for the next
+/// step and both servers' runs.
+#[allow(clippy::too_many_arguments)]
+fn deal_and_run(
+    g: &engine::Graph,
+    gates: &[Option<Box<dyn engine::DynGate>>],
+    imp: Impl,
+    dealer: &mut DealerRng,
+    masks: &[Vec<u64>],
+    inputs: [Vec<u64>; 2],
+    held: [&[Vec<u64>]; 2],
+    opts: &SessionOpts,
+    fps: &mut service::Fingerprints,
+    step: usize,
+) -> anyhow::Result<(engine::DealReport, Vec<Vec<u64>>, [engine::PartyRun; 2], std::time::Duration)> {
+    match &opts.keys {
+        KeysAt::Memory => {
+            let dealt = deal_carried(g, gates, dealer, masks, |_, _| {})?;
+            let [mut k0, mut k1] = dealt.keys;
+            let t = Instant::now();
+            let runs = run_linked_step(g, gates, [&mut k0, &mut k1], inputs, held, opts.link)?;
+            Ok((dealt.report, dealt.carry, runs, t.elapsed()))
+        }
+        KeysAt::Disk(dir) => {
+            use fss::Party;
+            use service::{BundleHeader, BundleId, BundleReader, BundleWriter};
+            let fp = fps.of(g, imp);
+            let id = BundleId { run: [0; 16], index: step as u32 };
+            let sections = 2 + u32::try_from(g.gates())?;
+            let header = |party| BundleHeader {
+                party,
+                id,
+                fingerprint: fp,
+                descriptor: format!("generate step {step}"),
+                sections,
+            };
+            let dirs = [dir.join("p0"), dir.join("p1")];
+            for d in &dirs {
+                service::private::create_dir(d)?;
+            }
+            let mut w0 = BundleWriter::create(&dirs[0], g, &header(Party::P0))?;
+            let mut w1 = BundleWriter::create(&dirs[1], g, &header(Party::P1))?;
+            let (report, carry) = deal_step(g, gates, dealer, [&mut w0, &mut w1], masks, |_, _| {})?;
+            let paths = [w0.finish()?, w1.finish()?];
+            let mut r0 = BundleReader::open(&paths[0], g, &fp, Party::P0)?;
+            let mut r1 = BundleReader::open(&paths[1], g, &fp, Party::P1)?;
+            let t = Instant::now();
+            let runs = run_linked_step(g, gates, [&mut r0, &mut r1], inputs, held, opts.link);
+            let online = t.elapsed();
+            for p in &paths {
+                let _ = std::fs::remove_file(p);
+            }
+            Ok((report, carry, runs?, online))
+        }
+    }
+}
+
 /// Run a session: the prefill over `prompt`, then `new_tokens` decode steps; `each` sees
 /// every step as it ends.
 ///
@@ -235,12 +318,13 @@ pub fn run_session(
     new_tokens: usize,
     imp: Impl,
     sampling: Sampling,
-    stop_at_eos: bool,
+    opts: &SessionOpts,
     mut each: impl FnMut(&StepRow),
 ) -> anyhow::Result<Session> {
     let (w, fx) = (&m.w, &m.fx);
     let mut dealer = fss::rng::os_rng()?;
     let mut client = fss::rng::os_rng()?;
+    let mut fps = service::Fingerprints::default();
     // The dealer's masks, each server's masked values and the plaintext values of the
     // KV cache, carried from step to step.
     let mut masks: Vec<Vec<u64>> = vec![];
@@ -254,13 +338,12 @@ pub fn run_session(
         let past = if step == 0 { 0 } else { ids.len() - 1 };
         let g = fx.program(past, new.len())?;
         let gates = build(&g, imp)?;
-        let dealt = deal_carried(&g, &gates, &mut dealer, &masks, |_, _| {})?;
         let x = fx.input(&new);
         let (want, next_plain) = plain_step(&g, &gates, &x, &plain_cache)?;
         let (x0, x1) = share_input(&x, g.n, &mut client);
-        let t = Instant::now();
-        let [r0, r1] = run_threads_step(&g, &gates, dealt.keys, [x0, x1], [&held[0], &held[1]])?;
-        let online = t.elapsed();
+        let inputs = [x0, x1];
+        let (report, carry, [r0, r1], online) =
+            deal_and_run(&g, &gates, imp, &mut dealer, &masks, inputs, [&held[0], &held[1]], opts, &mut fps, step)?;
         let y = reconstruct(&r0.output, &r1.output, g.n);
         let logits: Vec<f64> = y.iter().map(|&v| dequantize(v, 2 * g.f, g.n)).collect();
         let float = forward_f64(w, &new, &mut float_cache);
@@ -270,8 +353,9 @@ pub fn run_session(
             step,
             token,
             online_ms: online.as_secs_f64() * 1e3,
-            keygen_ms: dealt.report.time.as_secs_f64() * 1e3,
-            key_bytes: dealt.report.key_bits.div_ceil(8),
+            keygen_ms: report.time.as_secs_f64() * 1e3,
+            key_bytes: report.key_bits.div_ceil(8),
+            key_bytes_by_layer: report.by_label.iter().map(|(l, b)| (*l, b.div_ceil(8))).collect(),
             comm_bytes: r0.stats.comm_bytes().max(r1.stats.comm_bytes()),
             rounds: r0.stats.rounds,
             exact: y == want,
@@ -285,11 +369,11 @@ pub fn run_session(
         };
         each(&row);
         steps.push(row);
-        masks = dealt.carry;
+        masks = carry;
         held = [r0.carried, r1.carried];
         plain_cache = next_plain;
         ids.push(token);
-        if stop_at_eos && Some(token) == m.eos {
+        if opts.stop_at_eos && Some(token) == m.eos {
             break;
         }
     }
@@ -329,6 +413,8 @@ pub struct GenerateArgs {
     /// Fail unless every step equals the plaintext fixed-point model.
     #[arg(long)]
     check: bool,
+    #[command(flatten)]
+    keys: KeysArgs,
     /// One JSON object per implementation instead of text.
     #[arg(long)]
     json: bool,
@@ -361,12 +447,28 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
     let m = a.model.load(a.n.zip(a.f).map(|(n, f)| Fixed { n, f }))?;
     let prompt = m.encode(&a.prompt, a.chat)?;
     let sampling = Sampling { temperature: a.temperature, top_p: a.top_p };
+    let (keys, temp) = a.keys.resolve();
+    let opts = SessionOpts { link: Link::default(), keys, stop_at_eos: true };
+    let result = generate_all(&a, &m, &prompt, sampling, &opts);
+    if let Some(d) = temp {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    result
+}
+
+fn generate_all(
+    a: &GenerateArgs,
+    m: &GenLoaded,
+    prompt: &[u32],
+    sampling: Sampling,
+    opts: &SessionOpts,
+) -> anyhow::Result<()> {
     let mut all_exact = true;
     for imp in a.implementation.impls() {
         if !a.json {
             println!("{} ({}), prompt of {} tokens:", a.model.name(), imp.name(), prompt.len());
         }
-        let s = run_session(&m, &prompt, a.max_new_tokens, imp, sampling, true, |r| {
+        let s = run_session(m, prompt, a.max_new_tokens, imp, sampling, opts, |r| {
             if !a.json {
                 println!(
                     "  {} token {:>5} {:<12} online {:>7.1} ms, key {:>7.2} MB, {:>4} rounds, {}",
@@ -428,9 +530,46 @@ pub struct GenerateBenchArgs {
     /// Fixed-point scale (with --n).
     #[arg(long, requires = "n")]
     f: Option<u32>,
+    /// How the two servers talk: an in-memory channel, loopback TCP, or loopback TLS.
+    #[arg(long, value_enum, default_value = "mem")]
+    transport: TransportChoice,
+    /// Simulated network on the server link (latency per message and bandwidth).
+    #[arg(long, value_enum, default_value = "none")]
+    net: NetChoice,
+    #[command(flatten)]
+    keys: KeysArgs,
     /// One JSON object per implementation.
     #[arg(long)]
     json: bool,
+}
+
+/// Where the dealer puts the keys of a session run in one process.
+#[derive(Args)]
+pub struct KeysArgs {
+    /// Keep the keys in memory instead of bundles on disk (faster; the prefill's keys of
+    /// both parties at once in memory).
+    #[arg(long, conflicts_with = "keys_dir")]
+    keys_in_memory: bool,
+    /// Folder for the step bundles (default: a fresh folder under the system's temporary
+    /// folder, removed at the end).
+    #[arg(long)]
+    keys_dir: Option<std::path::PathBuf>,
+}
+
+impl KeysArgs {
+    /// Where the keys go, and the folder to remove at the end (if one was made here).
+    fn resolve(&self) -> (KeysAt, Option<std::path::PathBuf>) {
+        if self.keys_in_memory {
+            return (KeysAt::Memory, None);
+        }
+        match &self.keys_dir {
+            Some(d) => (KeysAt::Disk(d.clone()), None),
+            None => {
+                let d = std::env::temp_dir().join(format!("fusefss-generate-{}", std::process::id()));
+                (KeysAt::Disk(d.clone()), Some(d))
+            }
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -454,6 +593,15 @@ struct BenchRow {
     tokens_match_float: f64,
     transport: &'static str,
     net: &'static str,
+    keys: &'static str,
+    /// One party's key bytes per decode step by layer type (mean over the steps).
+    key_bytes_per_token_by_layer: std::collections::BTreeMap<&'static str, f64>,
+}
+
+/// Start this process's peak resident memory afresh from its current size (Linux; a no-op
+/// elsewhere).
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
 /// This process's peak resident memory (Linux), 0 elsewhere.
@@ -476,8 +624,26 @@ pub fn run_bench(a: GenerateBenchArgs) -> anyhow::Result<()> {
     let prompt: Vec<u32> =
         (0..a.prompt_len).map(|_| (r.next_u64() % m.w.config.vocab as u64) as u32).collect();
     let greedy = Sampling { temperature: 0.0, top_p: 1.0 };
+    let (keys, temp) = a.keys.resolve();
+    let opts = SessionOpts { link: Link { transport: a.transport, net: a.net.sim() }, keys, stop_at_eos: false };
+    let result = bench_rows(&a, &m, &prompt, greedy, &opts);
+    if let Some(d) = temp {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    result
+}
+
+fn bench_rows(
+    a: &GenerateBenchArgs,
+    m: &GenLoaded,
+    prompt: &[u32],
+    greedy: Sampling,
+    opts: &SessionOpts,
+) -> anyhow::Result<()> {
     for imp in a.implementation.impls() {
-        let s = run_session(&m, &prompt, a.new_tokens, imp, greedy, false, |_| {})?;
+        // Each implementation's row reports its own peak, not the previous one's.
+        reset_peak_rss();
+        let s = run_session(m, prompt, a.new_tokens, imp, greedy, opts, |_| {})?;
         let decode = &s.steps[1..];
         let mean = |f: &dyn Fn(&StepRow) -> f64| decode.iter().map(f).sum::<f64>() / decode.len() as f64;
         let row = BenchRow {
@@ -497,8 +663,21 @@ pub fn run_bench(a: GenerateBenchArgs) -> anyhow::Result<()> {
             peak_rss_bytes: peak_rss_bytes(),
             exact: s.steps.iter().all(|r| r.exact),
             tokens_match_float: match_rate(&s),
-            transport: "mem",
-            net: "none",
+            transport: a.transport.name(),
+            net: a.net.name(),
+            keys: match opts.keys {
+                KeysAt::Memory => "memory",
+                KeysAt::Disk(_) => "disk",
+            },
+            key_bytes_per_token_by_layer: {
+                let mut by = std::collections::BTreeMap::new();
+                for r in decode {
+                    for (l, b) in &r.key_bytes_by_layer {
+                        *by.entry(*l).or_insert(0.0) += *b as f64 / decode.len() as f64;
+                    }
+                }
+                by
+            },
         };
         if a.json {
             println!("{}", serde_json::to_string(&row)?);

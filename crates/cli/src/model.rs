@@ -120,25 +120,27 @@ pub fn run_linked(
     inputs: [Vec<u64>; 2],
     link: Link,
 ) -> anyhow::Result<[PartyRun; 2]> {
-    let [mut t0, mut t1] = connect(link)?;
     let [mut k0, mut k1] = keys;
-    let [x0, x1] = inputs;
-    let exchange = |t: &mut Box<dyn net::Transport>, m: Vec<u8>, idle: &mut dyn FnMut()| {
-        t.exchange_idle(&m, idle).map_err(|e| gates::GateError::Transport(e.to_string()))
-    };
-    let (r0, r1) = std::thread::scope(|s| {
-        // Both servers share this machine: one core each.
-        let h0 = s.spawn(|| {
-            engine::on_own_core(|| engine::run_party(g, gates, &mut k0, &x0, |m, i| exchange(&mut t0, m, i)))
-        });
-        let h1 = s.spawn(|| {
-            engine::on_own_core(|| engine::run_party(g, gates, &mut k1, &x1, |m, i| exchange(&mut t1, m, i)))
-        });
-        (h0.join(), h1.join())
+    run_linked_step(g, gates, [&mut k0, &mut k1], inputs, [&[], &[]], link)
+}
+
+/// One program of a session at both servers over `link`: keys from any source (memory
+/// or bundles on disk), with the masked values each server carried over.
+pub fn run_linked_step(
+    g: &Graph,
+    gates: &[Option<Box<dyn engine::DynGate>>],
+    keys: [&mut (dyn engine::KeySource + Send); 2],
+    inputs: [Vec<u64>; 2],
+    carried: [&[Vec<u64>]; 2],
+    link: Link,
+) -> anyhow::Result<[PartyRun; 2]> {
+    let ts = connect(link)?;
+    let links = ts.map(|mut t| {
+        move |m: Vec<u8>, idle: &mut dyn FnMut()| {
+            t.exchange_idle(&m, idle).map_err(|e| gates::GateError::Transport(e.to_string()))
+        }
     });
-    let r0 = r0.map_err(|_| anyhow::anyhow!("server 0 panicked"))??;
-    let r1 = r1.map_err(|_| anyhow::anyhow!("server 1 panicked"))??;
-    Ok([r0, r1])
+    Ok(engine::run_pair(g, gates, keys, inputs, carried, links)?)
 }
 
 /// Deal keys, run both servers on two threads, reconstruct, and compute the references.

@@ -27,4 +27,4 @@ pub use exec::{
 };
 pub use graph::{Graph, GraphError, Node, Op, Shape, ValueId};
 pub use layers::{DynGate, Impl, build};
-pub use run::{PartyRun, on_own_core, run_party, run_party_step, run_threads, run_threads_step};
+pub use run::{PartyRun, on_own_core, run_pair, run_party, run_party_step, run_threads, run_threads_step};

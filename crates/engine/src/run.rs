@@ -121,8 +121,6 @@ pub fn run_threads_step(
 ) -> Result<[PartyRun; 2], EngineError> {
     let (tx0, rx1) = mpsc::channel::<Vec<u8>>();
     let (tx1, rx0) = mpsc::channel::<Vec<u8>>();
-    let [mut k0, mut k1] = keys;
-    let [x0, x1] = inputs;
     let link = |tx: mpsc::Sender<Vec<u8>>, rx: mpsc::Receiver<Vec<u8>>| {
         move |msg, idle: &mut dyn FnMut()| {
             tx.send(msg).map_err(|_| GateError::Desync("the peer stopped"))?;
@@ -130,10 +128,34 @@ pub fn run_threads_step(
             rx.recv().map_err(|_| GateError::Desync("the peer stopped"))
         }
     };
+    let [mut k0, mut k1] = keys;
+    run_pair(g, gates, [&mut k0, &mut k1], inputs, carried, [link(tx0, rx0), link(tx1, rx1)])
+}
+
+/// The one two-server runner: both servers' online phases of one program on two threads,
+/// each on its own core ([`on_own_core`]), with its keys, input share, carried values and
+/// link (`exchange` as in [`run_party`]).
+///
+/// # Errors
+/// The first party's error; [`GateError::Desync`] if a server thread panicked.
+pub fn run_pair<L>(
+    g: &Graph,
+    gates: &[Option<Box<dyn DynGate>>],
+    keys: [&mut (dyn KeySource + Send); 2],
+    inputs: [Vec<u64>; 2],
+    carried: [&[Vec<u64>]; 2],
+    links: [L; 2],
+) -> Result<[PartyRun; 2], EngineError>
+where
+    L: FnMut(Vec<u8>, &mut dyn FnMut()) -> Result<Vec<u8>, GateError> + Send,
+{
+    let [k0, k1] = keys;
+    let [x0, x1] = inputs;
+    let [c0, c1] = carried;
+    let [l0, l1] = links;
     let (r0, r1) = std::thread::scope(|s| {
-        let [c0, c1] = carried;
-        let h0 = s.spawn(|| on_own_core(|| run_party_step(g, gates, &mut k0, &x0, c0, link(tx0, rx0))));
-        let h1 = s.spawn(|| on_own_core(|| run_party_step(g, gates, &mut k1, &x1, c1, link(tx1, rx1))));
+        let h0 = s.spawn(|| on_own_core(|| run_party_step(g, gates, k0, &x0, c0, l0)));
+        let h1 = s.spawn(|| on_own_core(|| run_party_step(g, gates, k1, &x1, c1, l1)));
         (h0.join(), h1.join())
     });
     let unwrap = |r: std::thread::Result<Result<PartyRun, GateError>>| -> Result<PartyRun, EngineError> {

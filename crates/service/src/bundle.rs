@@ -197,90 +197,126 @@ pub struct BundleHeader {
 /// its public weights, the implementation of its gates and [`PROTOCOL_REVISION`]. Keys dealt for one program are
 /// useless (and must not be used) for any other.
 pub fn fingerprint(g: &Graph, imp: Impl) -> [u8; 32] {
-    let mut h = Sha256::new();
-    let mut put = |v: u64| h.update(v.to_le_bytes());
-    put(u64::from(VERSION));
-    put(PROTOCOL_REVISION);
-    put(match imp {
-        Impl::Sigma => 1,
-        Impl::Fusefss => 2,
-    });
-    put(g.n.into());
-    put(g.f.into());
-    put(g.input.rows as u64);
-    put(g.input.cols as u64);
-    put(g.output as u64);
-    put(g.nodes.len() as u64);
-    let words = |ws: &[u64], put: &mut dyn FnMut(u64)| {
-        put(ws.len() as u64);
-        ws.iter().for_each(|&w| put(w));
-    };
-    for node in &g.nodes {
-        put(node.shape.rows as u64);
-        put(node.shape.cols as u64);
-        node.op.inputs().iter().for_each(|&v| put(v as u64));
-        match &node.op {
-            Op::Linear { w, b, out, .. } => {
-                put(1);
-                put(*out as u64);
-                words(w, &mut put);
-                words(b.as_deref().unwrap_or(&[]), &mut put);
-            }
-            Op::Add { .. } => put(2),
-            Op::Gather { index, .. } => {
-                put(3);
-                put(index.len() as u64);
-                index.iter().for_each(|&j| put(j.into()));
-            }
-            Op::SumRows { .. } => put(4),
-            Op::Scale { c, .. } => {
-                put(5);
-                put(*c);
-            }
-            Op::Trunc { shift, .. } => {
-                put(6);
-                put((*shift).into());
-            }
-            Op::MatMul { count, m, k, n, .. } => {
-                put(7);
-                [*count, *m, *k, *n].iter().for_each(|&v| put(v as u64));
-            }
-            Op::Softmax { causal, .. } => {
-                put(8);
-                put((*causal).into());
-            }
-            Op::LayerNorm { gamma, beta, .. } => {
-                put(9);
-                words(gamma, &mut put);
-                words(beta, &mut put);
-            }
-            Op::Gelu { tanh, .. } => {
-                put(10);
-                put((*tanh).into());
-            }
-            Op::Carried { slot, .. } => {
-                put(11);
-                put(*slot as u64);
-            }
-            Op::Concat { .. } => put(12),
-            Op::MulPublic { c, .. } => {
-                put(13);
-                words(c, &mut put);
-            }
-            Op::Mul { .. } => put(14),
-            Op::Silu { .. } => put(15),
-            Op::RmsNorm { gamma, .. } => {
-                put(16);
-                words(gamma, &mut put);
+    Fingerprints::default().of(g, imp)
+}
+
+/// [`fingerprint`]s of the programs of one model: each weight matrix is hashed once (a
+/// session's programs share them; SmolLM2's are 1 GB), then stands in by its digest.
+#[derive(Default)]
+pub struct Fingerprints {
+    /// By the matrix's address; the `Arc` kept here keeps the address from being reused.
+    digests: std::collections::HashMap<usize, (std::sync::Arc<[u64]>, [u8; 32])>,
+}
+
+impl fmt::Debug for Fingerprints {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fingerprints").field("matrices", &self.digests.len()).finish()
+    }
+}
+
+impl Fingerprints {
+    fn digest(&mut self, w: &std::sync::Arc<[u64]>) -> [u8; 32] {
+        let key = w.as_ptr() as usize;
+        self.digests
+            .entry(key)
+            .or_insert_with(|| {
+                let mut h = Sha256::new();
+                h.update((w.len() as u64).to_le_bytes());
+                w.iter().for_each(|v| h.update(v.to_le_bytes()));
+                (w.clone(), h.finalize().into())
+            })
+            .1
+    }
+
+    /// The [`fingerprint`] of `g` run with `imp`.
+    pub fn of(&mut self, g: &Graph, imp: Impl) -> [u8; 32] {
+        fn put(h: &mut Sha256, v: u64) {
+            h.update(v.to_le_bytes());
+        }
+        fn words(h: &mut Sha256, ws: &[u64]) {
+            put(h, ws.len() as u64);
+            ws.iter().for_each(|&w| put(h, w));
+        }
+        let mut h = Sha256::new();
+        put(&mut h, u64::from(VERSION));
+        put(&mut h, PROTOCOL_REVISION);
+        put(&mut h, match imp {
+            Impl::Sigma => 1,
+            Impl::Fusefss => 2,
+        });
+        put(&mut h, g.n.into());
+        put(&mut h, g.f.into());
+        put(&mut h, g.input.rows as u64);
+        put(&mut h, g.input.cols as u64);
+        put(&mut h, g.output as u64);
+        put(&mut h, g.nodes.len() as u64);
+        for node in &g.nodes {
+            put(&mut h, node.shape.rows as u64);
+            put(&mut h, node.shape.cols as u64);
+            node.op.inputs().iter().for_each(|&v| put(&mut h, v as u64));
+            match &node.op {
+                Op::Linear { w, b, out, .. } => {
+                    put(&mut h, 1);
+                    put(&mut h, *out as u64);
+                    h.update(self.digest(w));
+                    words(&mut h, b.as_deref().unwrap_or(&[]));
+                }
+                Op::Add { .. } => put(&mut h, 2),
+                Op::Gather { index, .. } => {
+                    put(&mut h, 3);
+                    put(&mut h, index.len() as u64);
+                    index.iter().for_each(|&j| put(&mut h, j.into()));
+                }
+                Op::SumRows { .. } => put(&mut h, 4),
+                Op::Scale { c, .. } => {
+                    put(&mut h, 5);
+                    put(&mut h, *c);
+                }
+                Op::Trunc { shift, .. } => {
+                    put(&mut h, 6);
+                    put(&mut h, (*shift).into());
+                }
+                Op::MatMul { count, m, k, n, .. } => {
+                    put(&mut h, 7);
+                    [*count, *m, *k, *n].iter().for_each(|&v| put(&mut h, v as u64));
+                }
+                Op::Softmax { causal, .. } => {
+                    put(&mut h, 8);
+                    put(&mut h, (*causal).into());
+                }
+                Op::LayerNorm { gamma, beta, .. } => {
+                    put(&mut h, 9);
+                    words(&mut h, gamma);
+                    words(&mut h, beta);
+                }
+                Op::Gelu { tanh, .. } => {
+                    put(&mut h, 10);
+                    put(&mut h, (*tanh).into());
+                }
+                Op::Carried { slot, .. } => {
+                    put(&mut h, 11);
+                    put(&mut h, *slot as u64);
+                }
+                Op::Concat { .. } => put(&mut h, 12),
+                Op::MulPublic { c, .. } => {
+                    put(&mut h, 13);
+                    words(&mut h, c);
+                }
+                Op::Mul { .. } => put(&mut h, 14),
+                Op::Silu { .. } => put(&mut h, 15),
+                Op::RmsNorm { gamma, .. } => {
+                    put(&mut h, 16);
+                    words(&mut h, gamma);
+                }
             }
         }
+        // Programs of a session also differ in what they carry to the next.
+        if !g.carry.is_empty() {
+            put(&mut h, 17);
+            g.carry.iter().for_each(|&v| put(&mut h, v as u64));
+        }
+        h.finalize().into()
     }
-    // Programs of a session also differ in what they carry to the next.
-    if !g.carry.is_empty() {
-        put(17);
-        g.carry.iter().for_each(|&v| put(v as u64));
-    }
-    h.finalize().into()
 }
 
 pub(crate) fn io_err(path: &Path) -> impl Fn(std::io::Error) -> BundleError + '_ {

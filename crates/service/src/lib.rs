@@ -29,7 +29,7 @@ pub mod queue;
 pub mod store;
 pub mod text;
 
-pub use bundle::{BundleError, BundleHeader, BundleId, BundleReader, BundleWriter};
+pub use bundle::{BundleError, BundleHeader, BundleId, BundleReader, BundleWriter, Fingerprints};
 pub use descriptor::{Descriptor, Shape};
 pub use program::{Catalog, Program, Programs};
 pub use store::Store;

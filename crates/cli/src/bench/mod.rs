@@ -3,7 +3,7 @@
 use clap::{Args, Subcommand};
 
 mod fss;
-mod model;
+pub mod model;
 mod ops;
 
 /// Arguments of `fusefss bench`.

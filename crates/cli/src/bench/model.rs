@@ -16,7 +16,7 @@ pub enum NetChoice {
 }
 
 impl NetChoice {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             NetChoice::None => "none",
             NetChoice::Lan => "lan",
@@ -24,7 +24,7 @@ impl NetChoice {
         }
     }
 
-    fn sim(self) -> Option<net::NetSim> {
+    pub fn sim(self) -> Option<net::NetSim> {
         match self {
             NetChoice::None => None,
             NetChoice::Lan => Some(net::NetSim::LAN),
