@@ -173,6 +173,8 @@ pub struct StepRow {
     pub key_bytes: u64,
     /// One party's key bytes by layer type.
     pub key_bytes_by_layer: std::collections::BTreeMap<&'static str, u64>,
+    /// Computation time by layer type, ms (the slower server's).
+    pub online_ms_by_layer: std::collections::BTreeMap<&'static str, f64>,
     /// Bytes one server sent.
     pub comm_bytes: u64,
     /// Online rounds.
@@ -356,6 +358,16 @@ pub fn run_session(
             keygen_ms: report.time.as_secs_f64() * 1e3,
             key_bytes: report.key_bits.div_ceil(8),
             key_bytes_by_layer: report.by_label.iter().map(|(l, b)| (*l, b.div_ceil(8))).collect(),
+            online_ms_by_layer: {
+                let mut by = std::collections::BTreeMap::new();
+                for run in [&r0, &r1] {
+                    for (l, t) in &run.times {
+                        let e = by.entry(*l).or_insert(0.0f64);
+                        *e = e.max(t.as_secs_f64() * 1e3);
+                    }
+                }
+                by
+            },
             comm_bytes: r0.stats.comm_bytes().max(r1.stats.comm_bytes()),
             rounds: r0.stats.rounds,
             exact: y == want,
@@ -596,6 +608,9 @@ struct BenchRow {
     keys: &'static str,
     /// One party's key bytes per decode step by layer type (mean over the steps).
     key_bytes_per_token_by_layer: std::collections::BTreeMap<&'static str, f64>,
+    /// Computation time per decode step by layer type, ms (mean over the steps; the
+    /// slower server's).
+    online_ms_per_token_by_layer: std::collections::BTreeMap<&'static str, f64>,
 }
 
 /// Start this process's peak resident memory afresh from its current size (Linux; a no-op
@@ -668,6 +683,15 @@ fn bench_rows(
             keys: match opts.keys {
                 KeysAt::Memory => "memory",
                 KeysAt::Disk(_) => "disk",
+            },
+            online_ms_per_token_by_layer: {
+                let mut by = std::collections::BTreeMap::new();
+                for r in decode {
+                    for (l, t) in &r.online_ms_by_layer {
+                        *by.entry(*l).or_insert(0.0) += t / decode.len() as f64;
+                    }
+                }
+                by
             },
             key_bytes_per_token_by_layer: {
                 let mut by = std::collections::BTreeMap::new();

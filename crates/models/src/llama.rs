@@ -266,6 +266,19 @@ pub fn forward_f64(w: &LlamaWeights, ids: &[u32], cache: &mut FloatCache) -> Vec
     (0..c.vocab).map(|t| w.row(t as u32).iter().zip(&last).map(|(a, b)| a * b).sum()).collect()
 }
 
+/// Columns `from .. from + width` of `x`.
+fn columns(
+    g: &mut Graph,
+    x: ValueId,
+    from: usize,
+    width: usize,
+    label: &'static str,
+) -> std::result::Result<ValueId, GraphError> {
+    let s = g.shape(x);
+    let index: Vec<u32> = (0..s.rows).flat_map(|i| (from..from + width).map(move |j| (i * s.cols + j) as u32)).collect();
+    g.push(Op::Gather { x, index: index.into(), shape: Shape::new(s.rows, width) }, label)
+}
+
 /// The fixed-point weights of a Llama model, quantized once.
 #[derive(Clone, Debug)]
 pub struct LlamaFixed {
@@ -280,17 +293,30 @@ pub struct LlamaFixed {
     embed: Arc<[u64]>,
 }
 
+/// One layer's fixed-point weights: the query, key and value projections side by side
+/// (`hidden × (heads + 2·kv_heads)·d`), and the gate and up projections side by side
+/// (`hidden × 2·ffn`), so that each pair of products that read the same input is one linear
+/// map and one truncation (one round) instead of several.
 #[derive(Clone, Debug)]
 struct FixedLayer {
     attn_norm: Arc<[u64]>,
-    wq: Arc<[u64]>,
-    wk: Arc<[u64]>,
-    wv: Arc<[u64]>,
+    w_qkv: Arc<[u64]>,
     wo: Arc<[u64]>,
     mlp_norm: Arc<[u64]>,
-    w_gate: Arc<[u64]>,
-    w_up: Arc<[u64]>,
+    w_gate_up: Arc<[u64]>,
     w_down: Arc<[u64]>,
+}
+
+/// The columns of row-major matrices of `rows` rows placed side by side.
+fn side_by_side(parts: &[&[f64]], rows: usize) -> Vec<f64> {
+    let mut out = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for r in 0..rows {
+        for p in parts {
+            let c = p.len() / rows;
+            out.extend_from_slice(&p[r * c..(r + 1) * c]);
+        }
+    }
+    out
 }
 
 impl LlamaFixed {
@@ -302,16 +328,16 @@ impl LlamaFixed {
         let layers = w
             .layers
             .iter()
-            .map(|l| FixedLayer {
-                attn_norm: q(&l.attn_norm),
-                wq: q(&l.wq.iter().map(|v| v * scale).collect::<Vec<_>>()),
-                wk: q(&l.wk),
-                wv: q(&l.wv),
-                wo: q(&l.wo),
-                mlp_norm: q(&l.mlp_norm),
-                w_gate: q(&l.w_gate),
-                w_up: q(&l.w_up),
-                w_down: q(&l.w_down),
+            .map(|l| {
+                let wq: Vec<f64> = l.wq.iter().map(|v| v * scale).collect();
+                FixedLayer {
+                    attn_norm: q(&l.attn_norm),
+                    w_qkv: q(&side_by_side(&[&wq, &l.wk, &l.wv], c.hidden)),
+                    wo: q(&l.wo),
+                    mlp_norm: q(&l.mlp_norm),
+                    w_gate_up: q(&side_by_side(&[&l.w_gate, &l.w_up], c.hidden)),
+                    w_down: q(&l.w_down),
+                }
             })
             .collect();
         let h = c.hidden;
@@ -358,12 +384,13 @@ impl LlamaFixed {
         let mut carry = vec![];
         for (l, layer) in self.layers.iter().enumerate() {
             let a = g.push(Op::RmsNorm { x, gamma: layer.attn_norm.clone() }, "rmsnorm")?;
-            let q = lin(&mut g, a, &layer.wq, hq * d)?;
-            let k = lin(&mut g, a, &layer.wk, hkv * d)?;
-            let v = lin(&mut g, a, &layer.wv, hkv * d)?;
-            let q = self.rope(&mut g, q, &positions, hq)?;
-            let mut k = self.rope(&mut g, k, &positions, hkv)?;
-            let mut v = v;
+            let qkv = lin(&mut g, a, &layer.w_qkv, (hq + 2 * hkv) * d)?;
+            // The queries and keys rotated together (one truncation), the values as they are.
+            let qk = columns(&mut g, qkv, 0, (hq + hkv) * d, "rope")?;
+            let qk = self.rope(&mut g, qk, &positions, hq + hkv)?;
+            let q = columns(&mut g, qk, 0, hq * d, "attention")?;
+            let mut k = columns(&mut g, qk, hq * d, hkv * d, "attention")?;
+            let mut v = columns(&mut g, qkv, (hq + hkv) * d, hkv * d, "attention")?;
             if past > 0 {
                 let shape = Shape::new(past, hkv * d);
                 let kc = g.push(Op::Carried { slot: 2 * l, shape }, "kv cache")?;
@@ -376,8 +403,9 @@ impl LlamaFixed {
             let o = lin(&mut g, att, &layer.wo, h)?;
             x = g.push(Op::Add { a: x, b: o }, "residual")?;
             let m = g.push(Op::RmsNorm { x, gamma: layer.mlp_norm.clone() }, "rmsnorm")?;
-            let gate = lin(&mut g, m, &layer.w_gate, c.ffn)?;
-            let up = lin(&mut g, m, &layer.w_up, c.ffn)?;
+            let gate_up = lin(&mut g, m, &layer.w_gate_up, 2 * c.ffn)?;
+            let gate = columns(&mut g, gate_up, 0, c.ffn, "mlp")?;
+            let up = columns(&mut g, gate_up, c.ffn, c.ffn, "mlp")?;
             let act = g.push(Op::Silu { x: gate }, "silu")?;
             let prod = g.push(Op::Mul { a: act, b: up }, "mlp")?;
             let prod = g.push(Op::Trunc { x: prod, shift: f }, "truncation")?;
@@ -444,25 +472,26 @@ impl LlamaFixed {
         let qi: Vec<u32> = (0..hq)
             .flat_map(|hd| (0..rows).flat_map(move |i| (0..d).map(move |j| (i * hq * d + hd * d + j) as u32)))
             .collect();
-        let kt: Vec<u32> = (0..hq)
-            .flat_map(|hd| {
-                (0..d).flat_map(move |j| (0..len).map(move |t| (t * hkv * d + (hd / group) * d + j) as u32))
-            })
+        // One product per key/value head: the `group` query heads that read it are stacked
+        // (query head `hd` is in group `hd / group`, so the stacked rows are in head order),
+        // and each key and value head is dealt once, not once per query head.
+        let kt: Vec<u32> = (0..hkv)
+            .flat_map(|kv| (0..d).flat_map(move |j| (0..len).map(move |t| (t * hkv * d + kv * d + j) as u32)))
             .collect();
-        let vi: Vec<u32> = (0..hq)
-            .flat_map(|hd| {
-                (0..len).flat_map(move |t| (0..d).map(move |j| (t * hkv * d + (hd / group) * d + j) as u32))
-            })
+        let vi: Vec<u32> = (0..hkv)
+            .flat_map(|kv| (0..len).flat_map(move |t| (0..d).map(move |j| (t * hkv * d + kv * d + j) as u32)))
             .collect();
         let q =
             g.push(Op::Gather { x: q, index: qi.into(), shape: Shape::new(hq * rows, d) }, "attention")?;
         let kt =
-            g.push(Op::Gather { x: k, index: kt.into(), shape: Shape::new(hq * d, len) }, "attention")?;
-        let v = g.push(Op::Gather { x: v, index: vi.into(), shape: Shape::new(hq * len, d) }, "attention")?;
-        let s = g.push(Op::MatMul { a: q, b: kt, count: hq, m: rows, k: d, n: len }, "attention")?;
+            g.push(Op::Gather { x: k, index: kt.into(), shape: Shape::new(hkv * d, len) }, "attention")?;
+        let v = g.push(Op::Gather { x: v, index: vi.into(), shape: Shape::new(hkv * len, d) }, "attention")?;
+        let s =
+            g.push(Op::MatMul { a: q, b: kt, count: hkv, m: group * rows, k: d, n: len }, "attention")?;
         let s = g.push(Op::Trunc { x: s, shift: f }, "truncation")?;
         let p = g.push(Op::Softmax { x: s, causal: rows == len && rows > 1 }, "softmax")?;
-        let ctx = g.push(Op::MatMul { a: p, b: v, count: hq, m: rows, k: len, n: d }, "attention")?;
+        let ctx =
+            g.push(Op::MatMul { a: p, b: v, count: hkv, m: group * rows, k: len, n: d }, "attention")?;
         let ctx = g.push(Op::Trunc { x: ctx, shift: f }, "truncation")?;
         let merged: Vec<u32> = (0..rows)
             .flat_map(|i| (0..hq).flat_map(move |hd| (0..d).map(move |j| ((hd * rows + i) * d + j) as u32)))
