@@ -344,8 +344,18 @@ pub fn run_session(
         let (want, next_plain) = plain_step(&g, &gates, &x, &plain_cache)?;
         let (x0, x1) = share_input(&x, g.n, &mut client);
         let inputs = [x0, x1];
-        let (report, carry, [r0, r1], online) =
-            deal_and_run(&g, &gates, imp, &mut dealer, &masks, inputs, [&held[0], &held[1]], opts, &mut fps, step)?;
+        let (report, carry, [r0, r1], online) = deal_and_run(
+            &g,
+            &gates,
+            imp,
+            &mut dealer,
+            &masks,
+            inputs,
+            [&held[0], &held[1]],
+            opts,
+            &mut fps,
+            step,
+        )?;
         let y = reconstruct(&r0.output, &r1.output, g.n);
         let logits: Vec<f64> = y.iter().map(|&v| dequantize(v, 2 * g.f, g.n)).collect();
         let float = forward_f64(w, &new, &mut float_cache);
@@ -640,7 +650,8 @@ pub fn run_bench(a: GenerateBenchArgs) -> anyhow::Result<()> {
         (0..a.prompt_len).map(|_| (r.next_u64() % m.w.config.vocab as u64) as u32).collect();
     let greedy = Sampling { temperature: 0.0, top_p: 1.0 };
     let (keys, temp) = a.keys.resolve();
-    let opts = SessionOpts { link: Link { transport: a.transport, net: a.net.sim() }, keys, stop_at_eos: false };
+    let opts =
+        SessionOpts { link: Link { transport: a.transport, net: a.net.sim() }, keys, stop_at_eos: false };
     let result = bench_rows(&a, &m, &prompt, greedy, &opts);
     if let Some(d) = temp {
         let _ = std::fs::remove_dir_all(d);

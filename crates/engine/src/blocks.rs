@@ -6,11 +6,18 @@ use std::sync::Arc;
 use fss::ring::mask;
 
 use crate::graph::{Graph, GraphError, Op, Shape, ValueId};
+use crate::weights::Weights;
 
 /// Reals to ring elements at scale `2^scale`, rounded to nearest.
 pub fn quantize(v: &[f64], scale: u32, n: u32) -> Arc<[u64]> {
     let s = (scale as f64).exp2();
     v.iter().map(|&x| ((x * s).round() as i64 as u64) & mask(n)).collect()
+}
+
+/// Weights quantized at scale `2^scale` in `Z_{2^n}`, held in the narrowest type
+/// ([`Weights::from_ring`]).
+pub fn quantize_weights(v: &[f64], scale: u32, n: u32) -> Weights {
+    Weights::from_ring(&quantize(v, scale, n), n)
 }
 
 /// A ring element at scale `2^scale` as a real (two's complement).
@@ -25,11 +32,11 @@ pub fn dequantize(v: u64, scale: u32, n: u32) -> f64 {
 #[derive(Clone, Debug)]
 pub struct Attention {
     /// Query, key and value projections.
-    pub w_qkv: Arc<[u64]>,
+    pub w_qkv: Weights,
     /// Their biases.
     pub b_qkv: Arc<[u64]>,
     /// Output projection, `hidden × hidden`.
-    pub w_o: Arc<[u64]>,
+    pub w_o: Weights,
     /// Its bias.
     pub b_o: Arc<[u64]>,
     /// Heads.
@@ -40,11 +47,11 @@ pub struct Attention {
 #[derive(Clone, Debug)]
 pub struct Mlp {
     /// First projection.
-    pub w1: Arc<[u64]>,
+    pub w1: Weights,
     /// Its bias.
     pub b1: Arc<[u64]>,
     /// Second projection.
-    pub w2: Arc<[u64]>,
+    pub w2: Weights,
     /// Its bias.
     pub b2: Arc<[u64]>,
     /// Inner width.
@@ -57,7 +64,7 @@ pub struct Mlp {
 pub fn linear(
     g: &mut Graph,
     x: ValueId,
-    w: &Arc<[u64]>,
+    w: &Weights,
     b: &Arc<[u64]>,
     out: usize,
 ) -> Result<ValueId, GraphError> {

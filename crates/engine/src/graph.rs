@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
+use crate::weights::Weights;
+
 /// Index of a value: 0 is the input, `i + 1` the output of node `i`.
 pub type ValueId = usize;
 
@@ -48,7 +50,7 @@ pub enum Op {
         /// Input.
         x: ValueId,
         /// Weights, row-major `in × out`.
-        w: Arc<[u64]>,
+        w: Weights,
         /// Bias, if any.
         b: Option<Arc<[u64]>>,
         /// Output columns.

@@ -14,7 +14,7 @@ use fss::rng::DealerRng;
 use fss::{DecodeError, Party};
 use gates::arith::{MatMul, MatMulKey, Mul};
 use gates::keyio::GateKey;
-use gates::linalg::matmul_mod;
+use gates::linalg::matmul_mod_weights;
 use gates::nonlinear::{Activation, ArsSlackDcf, ReluResidual};
 use gates::norm::Norm;
 use gates::shift::ArsSlack;
@@ -70,7 +70,7 @@ pub fn local(op: &Op, shape: Shape, inputs: &[&[u64]], n: u32, bias: bool) -> Ve
         Op::Linear { w, b, out, .. } => {
             let x = inputs[0];
             let k = x.len() / shape.rows;
-            let mut y = matmul_mod(x, w, shape.rows, k, *out, n);
+            let mut y = matmul_mod_weights(x, w.slice(), shape.rows, k, *out, n);
             if let (true, Some(b)) = (bias, b) {
                 for row in y.chunks_mut(*out) {
                     for (v, bb) in row.iter_mut().zip(b.iter()) {

@@ -9,6 +9,7 @@
 //! | [`layers`] | what each node computes: local maps, and the gates of each [`Impl`] (SIGMA or FuseFSS) |
 //! | [`exec`] | dealer, plaintext reference, online server, client input sharing and output reconstruction |
 //! | [`run`] | one server's online phase over a message link; both servers in one process |
+//! | [`weights`] | public weight matrices in the narrowest type that holds them |
 //!
 //! Every gate node runs over a whole tensor, so everything a layer computes in parallel
 //! (every element, every head) shares its rounds.
@@ -19,6 +20,7 @@ pub mod exec;
 pub mod graph;
 pub mod layers;
 pub mod run;
+pub mod weights;
 
 pub use error::EngineError;
 pub use exec::{
@@ -28,3 +30,4 @@ pub use exec::{
 pub use graph::{Graph, GraphError, Node, Op, Shape, ValueId};
 pub use layers::{DynGate, Impl, build};
 pub use run::{PartyRun, on_own_core, run_pair, run_party, run_party_step, run_threads, run_threads_step};
+pub use weights::Weights;

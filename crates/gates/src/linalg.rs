@@ -17,13 +17,13 @@ pub const ROWS: usize = 16;
 pub const COLS: usize = 256;
 
 /// `C += A·B` over the tiles, with `axpy(c, a, b)` doing `c += a·b` on a segment.
-fn tiled(
+fn tiled<T: Copy + Sync>(
     a: &[u64],
-    b: &[u64],
+    b: &[T],
     m: usize,
     k: usize,
     n: usize,
-    axpy: impl Fn(&mut [u64], u64, &[u64]) + Sync,
+    axpy: impl Fn(&mut [u64], u64, &[T]) + Sync,
 ) -> Vec<u64> {
     assert_eq!(a.len(), m * k, "matmul: A is not m × k");
     assert_eq!(b.len(), k * n, "matmul: B is not k × n");
@@ -78,6 +78,71 @@ pub fn matmul_mod(a: &[u64], b: &[u64], m: usize, k: usize, n: usize, bits: u32)
     c
 }
 
+/// A public weight matrix as the narrowest signed integers that hold its ring values
+/// (sign-extended into the ring), or as ring words: a model's weights at scale `f` fit
+/// 16 or 32 bits, and a matrix-vector product (a decode step) reads every weight once, so
+/// its time is the bytes it reads.
+#[derive(Clone, Copy, Debug)]
+pub enum WeightSlice<'a> {
+    /// Ring words.
+    Ring(&'a [u64]),
+    /// Signed 32-bit values.
+    I32(&'a [i32]),
+    /// Signed 16-bit values.
+    I16(&'a [i16]),
+}
+
+impl WeightSlice<'_> {
+    /// Elements.
+    pub fn len(&self) -> usize {
+        match self {
+            WeightSlice::Ring(v) => v.len(),
+            WeightSlice::I32(v) => v.len(),
+            WeightSlice::I16(v) => v.len(),
+        }
+    }
+
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// `C = A·W mod 2^bits` for public weights `W` ([`WeightSlice`]); equal to [`matmul_mod`]
+/// of the weights' ring words.
+///
+/// # Panics
+/// If the slice lengths do not match the shapes (a caller bug).
+pub fn matmul_mod_weights(
+    a: &[u64],
+    w: WeightSlice<'_>,
+    m: usize,
+    k: usize,
+    n: usize,
+    bits: u32,
+) -> Vec<u64> {
+    let mut c = match w {
+        WeightSlice::Ring(b) => return matmul_mod(a, b, m, k, n, bits),
+        WeightSlice::I32(b) => ifma::matmul_i32(a, b, m, k, n, bits).unwrap_or_else(|| {
+            tiled(a, b, m, k, n, |c, x, seg| {
+                for (cj, &bj) in c.iter_mut().zip(seg) {
+                    *cj = cj.wrapping_add(x.wrapping_mul(i64::from(bj) as u64));
+                }
+            })
+        }),
+        WeightSlice::I16(b) => ifma::matmul_i16(a, b, m, k, n, bits).unwrap_or_else(|| {
+            tiled(a, b, m, k, n, |c, x, seg| {
+                for (cj, &bj) in c.iter_mut().zip(seg) {
+                    *cj = cj.wrapping_add(x.wrapping_mul(i64::from(bj) as u64));
+                }
+            })
+        }),
+    };
+    let mask = fss::ring::mask(bits);
+    c.iter_mut().for_each(|v| *v &= mask);
+    c
+}
+
 #[cfg(all(target_arch = "x86_64", target_feature = "avx512ifma"))]
 #[allow(unsafe_code)]
 mod ifma {
@@ -121,12 +186,103 @@ mod ifma {
             }
         }))
     }
+
+    /// `A·W` modulo `2^52` for signed 32-bit weights (sign-extended, then their low 52 bits:
+    /// `x·(w mod 2^52) ≡ x·w mod 2^52`), or `None` when `bits > 52`.
+    pub(super) fn matmul_i32(
+        a: &[u64],
+        b: &[i32],
+        m: usize,
+        k: usize,
+        n: usize,
+        bits: u32,
+    ) -> Option<Vec<u64>> {
+        use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm512_and_si512, _mm512_cvtepi32_epi64};
+        if bits > 52 {
+            return None;
+        }
+        let a = low_a(a);
+        Some(super::tiled(&a, b, m, k, n, |c, x, seg| {
+            let full = c.len().min(seg.len()) / 8 * 8;
+            // SAFETY: as in `matmul`: the target feature is enabled at compile time, and every
+            // load and store touches the 8 elements at `j..j + 8` of `c` or `seg`, `j + 8 ≤ full`.
+            unsafe {
+                let xv = _mm512_set1_epi64(x as i64);
+                let low52 = _mm512_set1_epi64((1i64 << 52) - 1);
+                for j in (0..full).step_by(8) {
+                    let cp = c.as_mut_ptr().add(j) as *mut __m512i;
+                    let w = _mm512_cvtepi32_epi64(_mm256_loadu_si256(seg.as_ptr().add(j) as *const __m256i));
+                    _mm512_storeu_si512(
+                        cp,
+                        _mm512_madd52lo_epu64(_mm512_loadu_si512(cp), xv, _mm512_and_si512(w, low52)),
+                    );
+                }
+            }
+            for (cj, &bj) in c[full..].iter_mut().zip(&seg[full..]) {
+                *cj = cj.wrapping_add(x.wrapping_mul(i64::from(bj) as u64));
+            }
+        }))
+    }
+
+    /// As [`matmul_i32`] for signed 16-bit weights.
+    pub(super) fn matmul_i16(
+        a: &[u64],
+        b: &[i16],
+        m: usize,
+        k: usize,
+        n: usize,
+        bits: u32,
+    ) -> Option<Vec<u64>> {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm512_and_si512, _mm512_cvtepi16_epi64};
+        if bits > 52 {
+            return None;
+        }
+        let a = low_a(a);
+        Some(super::tiled(&a, b, m, k, n, |c, x, seg| {
+            let full = c.len().min(seg.len()) / 8 * 8;
+            // SAFETY: as in `matmul_i32`; a load reads the 8 elements (16 bytes) at `j..j + 8`.
+            unsafe {
+                let xv = _mm512_set1_epi64(x as i64);
+                let low52 = _mm512_set1_epi64((1i64 << 52) - 1);
+                for j in (0..full).step_by(8) {
+                    let cp = c.as_mut_ptr().add(j) as *mut __m512i;
+                    let w = _mm512_cvtepi16_epi64(_mm_loadu_si128(seg.as_ptr().add(j) as *const __m128i));
+                    _mm512_storeu_si512(
+                        cp,
+                        _mm512_madd52lo_epu64(_mm512_loadu_si512(cp), xv, _mm512_and_si512(w, low52)),
+                    );
+                }
+            }
+            for (cj, &bj) in c[full..].iter_mut().zip(&seg[full..]) {
+                *cj = cj.wrapping_add(x.wrapping_mul(i64::from(bj) as u64));
+            }
+        }))
+    }
+
+    /// `a` with only its low 52 bits (copied only if it has higher ones).
+    fn low_a(a: &[u64]) -> std::borrow::Cow<'_, [u64]> {
+        if a.iter().all(|&x| x >> 52 == 0) {
+            a.into()
+        } else {
+            a.iter().map(|&x| x & ((1u64 << 52) - 1)).collect::<Vec<u64>>().into()
+        }
+    }
 }
 
 #[cfg(not(all(target_arch = "x86_64", target_feature = "avx512ifma")))]
 mod ifma {
     /// No IFMA in this build.
     pub(super) fn matmul(_: &[u64], _: &[u64], _: usize, _: usize, _: usize, _: u32) -> Option<Vec<u64>> {
+        None
+    }
+
+    /// No IFMA in this build.
+    pub(super) fn matmul_i32(_: &[u64], _: &[i32], _: usize, _: usize, _: usize, _: u32) -> Option<Vec<u64>> {
+        None
+    }
+
+    /// No IFMA in this build.
+    pub(super) fn matmul_i16(_: &[u64], _: &[i16], _: usize, _: usize, _: usize, _: u32) -> Option<Vec<u64>> {
         None
     }
 }
@@ -182,5 +338,35 @@ mod tests {
         naive(&a, &b, &c, (m, k, n));
         naive(&a2, &b2, &c2, (m2, k2, n2));
         assert_eq!(matmul_bt(&a, &transpose(&b, k, n), m, k, n), c);
+    }
+
+    #[test]
+    fn narrow_weights_equal_their_ring_words() {
+        // Signed weights across the tiles and with a remainder column, against the product
+        // of their ring words, at widths on both sides of IFMA's 52 bits.
+        let (m, k, n) = (ROWS + 2, 33, COLS + 13);
+        let a: Vec<u64> = (0..m * k).map(|i| (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect();
+        let w32: Vec<i32> = (0..k * n).map(|i| ((i as i64 * 7919) % 200_003 - 100_001) as i32).collect();
+        let w16: Vec<i16> = w32.iter().map(|&v| (v % 30_000) as i16).collect();
+        for bits in [13, 37, 50, 52, 53, 56, 64] {
+            let ring =
+                |v: &[i64]| -> Vec<u64> { v.iter().map(|&x| x as u64 & fss::ring::mask(bits)).collect() };
+            let r32 = ring(&w32.iter().map(|&v| i64::from(v)).collect::<Vec<_>>());
+            let r16 = ring(&w16.iter().map(|&v| i64::from(v)).collect::<Vec<_>>());
+            assert_eq!(
+                matmul_mod_weights(&a, WeightSlice::I32(&w32), m, k, n, bits),
+                matmul_mod(&a, &r32, m, k, n, bits),
+                "i32, {bits} bits"
+            );
+            assert_eq!(
+                matmul_mod_weights(&a, WeightSlice::I16(&w16), m, k, n, bits),
+                matmul_mod(&a, &r16, m, k, n, bits),
+                "i16, {bits} bits"
+            );
+            assert_eq!(
+                matmul_mod_weights(&a, WeightSlice::Ring(&r32), m, k, n, bits),
+                matmul_mod(&a, &r32, m, k, n, bits)
+            );
+        }
     }
 }

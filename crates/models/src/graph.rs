@@ -13,8 +13,8 @@
 
 use std::sync::Arc;
 
-use engine::blocks::{self, Attention, Mlp, quantize};
-use engine::{Graph, GraphError, Shape};
+use engine::blocks::{self, Attention, Mlp, quantize, quantize_weights};
+use engine::{Graph, GraphError, Shape, Weights};
 
 use crate::weights::{BertWeights, Gpt2Weights};
 
@@ -28,7 +28,12 @@ pub struct Fixed {
 }
 
 impl Fixed {
-    fn w(&self, v: &[f64]) -> Arc<[u64]> {
+    fn w(&self, v: &[f64]) -> Weights {
+        quantize_weights(v, self.f, self.n)
+    }
+
+    /// A norm's gain (scale `f`), as ring words.
+    fn g(&self, v: &[f64]) -> Arc<[u64]> {
         quantize(v, self.f, self.n)
     }
 
@@ -59,7 +64,7 @@ pub fn bert(w: &BertWeights, seq: usize, fx: Fixed) -> Result<Graph, GraphError>
     let (h, heads) = (c.hidden, c.heads);
     let scale = 1.0 / (c.head_dim() as f64).sqrt();
     let mut g = Graph::new(fx.n, fx.f, Shape::new(seq, h));
-    let mut x = blocks::layer_norm(&mut g, 0, &fx.w(&w.emb_ln_g), &fx.b(&w.emb_ln_b))?;
+    let mut x = blocks::layer_norm(&mut g, 0, &fx.g(&w.emb_ln_g), &fx.b(&w.emb_ln_b))?;
     for l in &w.layers {
         let bq: Vec<f64> =
             l.bq.iter().map(|v| v * scale).chain(l.bk.iter().copied()).chain(l.bv.iter().copied()).collect();
@@ -80,10 +85,10 @@ pub fn bert(w: &BertWeights, seq: usize, fx: Fixed) -> Result<Graph, GraphError>
         };
         let a = blocks::attention(&mut g, x, &att, false)?;
         let s = blocks::add(&mut g, x, a)?;
-        x = blocks::layer_norm(&mut g, s, &fx.w(&l.ln1_g), &fx.b(&l.ln1_b))?;
+        x = blocks::layer_norm(&mut g, s, &fx.g(&l.ln1_g), &fx.b(&l.ln1_b))?;
         let m = blocks::mlp(&mut g, x, &mlp)?;
         let s = blocks::add(&mut g, x, m)?;
-        x = blocks::layer_norm(&mut g, s, &fx.w(&l.ln2_g), &fx.b(&l.ln2_b))?;
+        x = blocks::layer_norm(&mut g, s, &fx.g(&l.ln2_g), &fx.b(&l.ln2_b))?;
     }
     blocks::mean_pool(&mut g, x)?;
     Ok(g)
@@ -138,15 +143,15 @@ pub fn gpt2(w: &Gpt2Weights, seq: usize, fx: Fixed) -> Result<Graph, GraphError>
             ffn: c.ffn,
             tanh: true,
         };
-        let a = blocks::layer_norm(&mut g, x, &fx.w(&l.ln1_g), &fx.b(&l.ln1_b))?;
+        let a = blocks::layer_norm(&mut g, x, &fx.g(&l.ln1_g), &fx.b(&l.ln1_b))?;
         let a = blocks::attention(&mut g, a, &att, true)?;
         x = blocks::add(&mut g, x, a)?;
-        let m = blocks::layer_norm(&mut g, x, &fx.w(&l.ln2_g), &fx.b(&l.ln2_b))?;
+        let m = blocks::layer_norm(&mut g, x, &fx.g(&l.ln2_g), &fx.b(&l.ln2_b))?;
         let m = blocks::mlp(&mut g, m, &mlp)?;
         x = blocks::add(&mut g, x, m)?;
     }
     let last = blocks::row(&mut g, x, seq - 1)?;
-    blocks::layer_norm(&mut g, last, &fx.w(&w.lnf_g), &fx.b(&w.lnf_b))?;
+    blocks::layer_norm(&mut g, last, &fx.g(&w.lnf_g), &fx.b(&w.lnf_b))?;
     Ok(g)
 }
 

@@ -15,8 +15,8 @@
 
 use std::sync::Arc;
 
-use engine::blocks::quantize;
-use engine::{Graph, GraphError, Op, Shape, ValueId};
+use engine::blocks::{quantize, quantize_weights};
+use engine::{Graph, GraphError, Op, Shape, ValueId, Weights};
 
 use crate::error::{ModelError, Result};
 use crate::graph::Fixed;
@@ -275,7 +275,8 @@ fn columns(
     label: &'static str,
 ) -> std::result::Result<ValueId, GraphError> {
     let s = g.shape(x);
-    let index: Vec<u32> = (0..s.rows).flat_map(|i| (from..from + width).map(move |j| (i * s.cols + j) as u32)).collect();
+    let index: Vec<u32> =
+        (0..s.rows).flat_map(|i| (from..from + width).map(move |j| (i * s.cols + j) as u32)).collect();
     g.push(Op::Gather { x, index: index.into(), shape: Shape::new(s.rows, width) }, label)
 }
 
@@ -289,8 +290,8 @@ pub struct LlamaFixed {
     layers: Vec<FixedLayer>,
     final_norm: Arc<[u64]>,
     /// The LM head, `hidden × vocab` (the embedding transposed).
-    head: Arc<[u64]>,
-    embed: Arc<[u64]>,
+    head: Weights,
+    embed: Weights,
 }
 
 /// One layer's fixed-point weights: the query, key and value projections side by side
@@ -300,11 +301,11 @@ pub struct LlamaFixed {
 #[derive(Clone, Debug)]
 struct FixedLayer {
     attn_norm: Arc<[u64]>,
-    w_qkv: Arc<[u64]>,
-    wo: Arc<[u64]>,
+    w_qkv: Weights,
+    wo: Weights,
     mlp_norm: Arc<[u64]>,
-    w_gate_up: Arc<[u64]>,
-    w_down: Arc<[u64]>,
+    w_gate_up: Weights,
+    w_down: Weights,
 }
 
 /// The columns of row-major matrices of `rows` rows placed side by side.
@@ -324,6 +325,7 @@ impl LlamaFixed {
     pub fn new(w: &LlamaWeights, fx: Fixed) -> LlamaFixed {
         let c = w.config;
         let q = |v: &[f64]| quantize(v, fx.f, fx.n);
+        let qw = |v: &[f64]| quantize_weights(v, fx.f, fx.n);
         let scale = 1.0 / (c.head_dim() as f64).sqrt();
         let layers = w
             .layers
@@ -332,11 +334,11 @@ impl LlamaFixed {
                 let wq: Vec<f64> = l.wq.iter().map(|v| v * scale).collect();
                 FixedLayer {
                     attn_norm: q(&l.attn_norm),
-                    w_qkv: q(&side_by_side(&[&wq, &l.wk, &l.wv], c.hidden)),
-                    wo: q(&l.wo),
+                    w_qkv: qw(&side_by_side(&[&wq, &l.wk, &l.wv], c.hidden)),
+                    wo: qw(&l.wo),
                     mlp_norm: q(&l.mlp_norm),
-                    w_gate_up: q(&side_by_side(&[&l.w_gate, &l.w_up], c.hidden)),
-                    w_down: q(&l.w_down),
+                    w_gate_up: qw(&side_by_side(&[&l.w_gate, &l.w_up], c.hidden)),
+                    w_down: qw(&l.w_down),
                 }
             })
             .collect();
@@ -347,13 +349,22 @@ impl LlamaFixed {
                 head[j * c.vocab + t] = w.embed[t * h + j];
             }
         }
-        LlamaFixed { config: c, fx, layers, final_norm: q(&w.final_norm), head: q(&head), embed: q(&w.embed) }
+        LlamaFixed {
+            config: c,
+            fx,
+            layers,
+            final_norm: q(&w.final_norm),
+            head: qw(&head),
+            embed: qw(&w.embed),
+        }
     }
 
     /// The client's input for `ids`: their embedding rows at scale `f`.
     pub fn input(&self, ids: &[u32]) -> Vec<u64> {
         let h = self.config.hidden;
-        ids.iter().flat_map(|&t| self.embed[t as usize * h..(t as usize + 1) * h].iter().copied()).collect()
+        ids.iter()
+            .flat_map(|&t| self.embed.ring_range(t as usize * h..(t as usize + 1) * h, self.fx.n))
+            .collect()
     }
 
     /// The program for `rows` new tokens at positions `past ..`: the prefill when `past` is
@@ -374,7 +385,7 @@ impl LlamaFixed {
         let positions: Vec<usize> = (past..past + rows).collect();
         let lin = |g: &mut Graph,
                    x: ValueId,
-                   w: &Arc<[u64]>,
+                   w: &Weights,
                    out: usize|
          -> std::result::Result<ValueId, GraphError> {
             let y = g.push(Op::Linear { x, w: w.clone(), b: None, out }, "linear")?;
@@ -485,9 +496,9 @@ impl LlamaFixed {
             g.push(Op::Gather { x: q, index: qi.into(), shape: Shape::new(hq * rows, d) }, "attention")?;
         let kt =
             g.push(Op::Gather { x: k, index: kt.into(), shape: Shape::new(hkv * d, len) }, "attention")?;
-        let v = g.push(Op::Gather { x: v, index: vi.into(), shape: Shape::new(hkv * len, d) }, "attention")?;
-        let s =
-            g.push(Op::MatMul { a: q, b: kt, count: hkv, m: group * rows, k: d, n: len }, "attention")?;
+        let v =
+            g.push(Op::Gather { x: v, index: vi.into(), shape: Shape::new(hkv * len, d) }, "attention")?;
+        let s = g.push(Op::MatMul { a: q, b: kt, count: hkv, m: group * rows, k: d, n: len }, "attention")?;
         let s = g.push(Op::Trunc { x: s, shift: f }, "truncation")?;
         let p = g.push(Op::Softmax { x: s, causal: rows == len && rows > 1 }, "softmax")?;
         let ctx =

@@ -33,7 +33,7 @@ use gates::GateError;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-use engine::{DynGate, EngineError, Graph, Impl, KeySink, KeySource, Op};
+use engine::{DynGate, EngineError, Graph, Impl, KeySink, KeySource, Op, Weights};
 
 use crate::private;
 
@@ -204,8 +204,9 @@ pub fn fingerprint(g: &Graph, imp: Impl) -> [u8; 32] {
 /// session's programs share them; SmolLM2's are 1 GB), then stands in by its digest.
 #[derive(Default)]
 pub struct Fingerprints {
-    /// By the matrix's address; the `Arc` kept here keeps the address from being reused.
-    digests: std::collections::HashMap<usize, (std::sync::Arc<[u64]>, [u8; 32])>,
+    /// By the matrix's address and the ring width; the clone kept here keeps the address
+    /// from being reused.
+    digests: std::collections::HashMap<(usize, u32), (Weights, [u8; 32])>,
 }
 
 impl fmt::Debug for Fingerprints {
@@ -215,14 +216,13 @@ impl fmt::Debug for Fingerprints {
 }
 
 impl Fingerprints {
-    fn digest(&mut self, w: &std::sync::Arc<[u64]>) -> [u8; 32] {
-        let key = w.as_ptr() as usize;
+    fn digest(&mut self, w: &Weights, n: u32) -> [u8; 32] {
         self.digests
-            .entry(key)
+            .entry((w.addr(), n))
             .or_insert_with(|| {
                 let mut h = Sha256::new();
                 h.update((w.len() as u64).to_le_bytes());
-                w.iter().for_each(|v| h.update(v.to_le_bytes()));
+                w.ring_words(n).iter().for_each(|v| h.update(v.to_le_bytes()));
                 (w.clone(), h.finalize().into())
             })
             .1
@@ -240,10 +240,13 @@ impl Fingerprints {
         let mut h = Sha256::new();
         put(&mut h, u64::from(VERSION));
         put(&mut h, PROTOCOL_REVISION);
-        put(&mut h, match imp {
-            Impl::Sigma => 1,
-            Impl::Fusefss => 2,
-        });
+        put(
+            &mut h,
+            match imp {
+                Impl::Sigma => 1,
+                Impl::Fusefss => 2,
+            },
+        );
         put(&mut h, g.n.into());
         put(&mut h, g.f.into());
         put(&mut h, g.input.rows as u64);
@@ -258,7 +261,7 @@ impl Fingerprints {
                 Op::Linear { w, b, out, .. } => {
                     put(&mut h, 1);
                     put(&mut h, *out as u64);
-                    h.update(self.digest(w));
+                    h.update(self.digest(w, g.n));
                     words(&mut h, b.as_deref().unwrap_or(&[]));
                 }
                 Op::Add { .. } => put(&mut h, 2),

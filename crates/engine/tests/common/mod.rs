@@ -1,12 +1,16 @@
 //! A small transformer layer shared by the engine's tests.
 
 use engine::blocks::{self, Attention, Mlp, quantize};
-use engine::{Graph, Shape};
+use engine::{Graph, Shape, Weights};
 use fss::rng::{DealerRng, Rng};
 
 fn weights(r: &mut DealerRng, len: usize, std: f64, scale: u32, n: u32) -> std::sync::Arc<[u64]> {
     let v: Vec<f64> = (0..len).map(|_| ((r.next_u64() % 2001) as f64 / 1000.0 - 1.0) * std * 1.7).collect();
     quantize(&v, scale, n)
+}
+
+fn matrix(r: &mut DealerRng, len: usize, std: f64, scale: u32, n: u32) -> Weights {
+    Weights::from_ring(&weights(r, len, std, scale, n), n)
 }
 
 /// One post-LN encoder layer or one pre-LN causal decoder layer, plus pooling.
@@ -23,16 +27,16 @@ pub fn layer_graph(
 ) -> Graph {
     let mut g = Graph::new(n, f, Shape::new(seq, h));
     let att = Attention {
-        w_qkv: weights(r, h * 3 * h, 1.0 / (h as f64).sqrt(), f, n),
+        w_qkv: matrix(r, h * 3 * h, 1.0 / (h as f64).sqrt(), f, n),
         b_qkv: weights(r, 3 * h, 0.05, 2 * f, n),
-        w_o: weights(r, h * h, 0.5 / (h as f64).sqrt(), f, n),
+        w_o: matrix(r, h * h, 0.5 / (h as f64).sqrt(), f, n),
         b_o: weights(r, h, 0.05, 2 * f, n),
         heads,
     };
     let mlp = Mlp {
-        w1: weights(r, h * ffn, 1.0 / (h as f64).sqrt(), f, n),
+        w1: matrix(r, h * ffn, 1.0 / (h as f64).sqrt(), f, n),
         b1: weights(r, ffn, 0.05, 2 * f, n),
-        w2: weights(r, ffn * h, 0.5 / (ffn as f64).sqrt(), f, n),
+        w2: matrix(r, ffn * h, 0.5 / (ffn as f64).sqrt(), f, n),
         b2: weights(r, h, 0.05, 2 * f, n),
         ffn,
         tanh: decoder,
