@@ -145,21 +145,27 @@ fn query(servers: [&str; 2], tls: &Path, seq: usize, text: &str) -> Result<serde
 
 /// A TLS connection to server 0 with the client's pinned certificate.
 fn pinned_client(tls_dir: &Path, addr: &str) -> Conn {
+    pinned_client_of(0, tls_dir, addr)
+}
+
+/// A TLS connection to server `party` with the client's pinned certificate.
+fn pinned_client_of(party: u8, tls_dir: &Path, addr: &str) -> Conn {
     let me = tls::load_identity(tls_dir, Role::Client).unwrap();
-    let cfg = tls::client_config(&me, tls::load_cert(tls_dir, Role::Server0).unwrap()).unwrap();
+    let cfg = tls::client_config(&me, tls::load_cert(tls_dir, Role::server(party)).unwrap()).unwrap();
     let sock = TcpStream::connect(addr).unwrap();
     Conn::tls(sock, tls::client_connection(cfg).unwrap(), Some(Duration::from_secs(20)), None).unwrap()
 }
 
 /// A well-formed query's two messages for bert-tiny at seq 8 (the wire format of
-/// `fusefss query`): its shape (tag 1: query id, model, sequence length, layers), then the
-/// input share (tag 2: the number of words, the words).
+/// `fusefss query`): its shape (tag 1: query id, model, sequence length, layers, new tokens
+/// of a generation), then the input share (tag 2: the number of words, the words).
 fn query_messages(id: u8, words: usize) -> [Vec<u8>; 2] {
     let mut head = vec![1u8];
     head.extend_from_slice(&[id; 16]);
     head.extend_from_slice(&9u32.to_le_bytes());
     head.extend_from_slice(b"bert-tiny");
     head.extend_from_slice(&8u32.to_le_bytes());
+    head.extend_from_slice(&0u32.to_le_bytes());
     head.extend_from_slice(&0u32.to_le_bytes());
     let mut share = vec![2u8];
     share.extend_from_slice(&(words as u64).to_le_bytes());
@@ -520,6 +526,7 @@ fn oversized_frames_dirty_names_and_empty_texts_are_refused() {
     head.extend_from_slice(name.as_bytes());
     head.extend_from_slice(&8u32.to_le_bytes());
     head.extend_from_slice(&0u32.to_le_bytes());
+    head.extend_from_slice(&0u32.to_le_bytes());
     c.send(&head).unwrap();
     let _ = c.recv();
     let line = p0.wait_for("unknown model");
@@ -655,5 +662,121 @@ fn out_of_file_descriptors_the_accept_loop_backs_off_and_recovers() {
     let r = query([&addr, &p1.addr], &d.join("tls"), 8, "after the flood").unwrap();
     assert_eq!(r["matches_plaintext"], true);
     drop(child);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+fn generate_query(
+    servers: [&str; 2],
+    tls: &Path,
+    prompt: &str,
+    new_tokens: usize,
+) -> Result<serde_json::Value, String> {
+    let s = format!("{},{}", servers[0], servers[1]);
+    let o = fusefss(&[
+        "query",
+        "--generate",
+        "--servers",
+        &s,
+        "--tls",
+        tls.to_str().unwrap(),
+        "--model",
+        "llama-tiny",
+        "--prompt",
+        prompt,
+        "--max-new-tokens",
+        &new_tokens.to_string(),
+        "--check",
+        "--json",
+    ]);
+    if o.status.success() {
+        Ok(serde_json::from_slice(&o.stdout).expect("one JSON object"))
+    } else {
+        Err(String::from_utf8_lossy(&o.stderr).into_owned())
+    }
+}
+
+/// The first messages of a llama-tiny generation of `new` tokens after a prompt of `seq`
+/// tokens (64 words each), as `fusefss query --generate` sends them.
+fn generation_messages(id: u8, seq: u32, new: u32) -> [Vec<u8>; 2] {
+    let mut head = vec![1u8];
+    head.extend_from_slice(&[id; 16]);
+    head.extend_from_slice(&10u32.to_le_bytes());
+    head.extend_from_slice(b"llama-tiny");
+    head.extend_from_slice(&seq.to_le_bytes());
+    head.extend_from_slice(&0u32.to_le_bytes());
+    head.extend_from_slice(&new.to_le_bytes());
+    let words = seq as usize * 64;
+    let mut share = vec![2u8];
+    share.extend_from_slice(&(words as u64).to_le_bytes());
+    share.extend(std::iter::repeat_n(0u8, 8 * words));
+    [head, share]
+}
+
+#[test]
+fn generation_sessions_run_over_tls_and_are_spent_once() {
+    let d = tmp("generate");
+    // "a private prompt for you" is 7 tokens with llama-tiny's word-hash tokenizer.
+    let o = fusefss(&[
+        "dealer",
+        "--model",
+        "llama-tiny",
+        "--prompt-len",
+        "7",
+        "--max-new-tokens",
+        "4",
+        "--count",
+        "4",
+        "--out",
+        d.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "dealer: {}", String::from_utf8_lossy(&o.stderr));
+    let (mut p0, mut p1) = servers(&d);
+    let tls_dir = d.join("tls");
+    let addrs = [p0.addr.as_str(), p1.addr.as_str()];
+
+    // A whole session and a shorter one, every step equal to the plaintext fixed-point model.
+    let a = generate_query(addrs, &tls_dir, "a private prompt for you", 4).unwrap();
+    assert_eq!(a["matches_plaintext"], true, "{a}");
+    assert_eq!(a["tokens"].as_array().unwrap().len(), 4, "{a}");
+    assert_eq!(a["steps"].as_array().unwrap().len(), 4, "{a}");
+    let b = generate_query(addrs, &tls_dir, "a private prompt for you", 2).unwrap();
+    assert_eq!(b["matches_plaintext"], true, "{b}");
+    assert_eq!(b["tokens"].as_array().unwrap().len(), 2, "{b}");
+    assert_ne!(a["bundle"], b["bundle"]);
+    assert_eq!(ledger(&d, 0).len(), 2);
+    assert_eq!(ledger(&d, 1), ledger(&d, 0));
+
+    // A prompt of another length, or more tokens than a session holds: refused, nothing spent.
+    let e = generate_query(addrs, &tls_dir, "a shorter prompt", 2).unwrap_err();
+    assert!(e.contains("no key bundle for llama-tiny generating 2 tokens after a prompt of 5"), "{e}");
+    assert!(e.contains("after a prompt of 7"), "{e}");
+    let e = generate_query(addrs, &tls_dir, "a private prompt for you", 5).unwrap_err();
+    assert!(e.contains("no key bundle"), "{e}");
+    assert_eq!(ledger(&d, 0).len(), 2);
+
+    // A client that leaves after the first step: its session is spent and ends at both
+    // servers, which go on serving.
+    let mut cs: Vec<Conn> = (0..2).map(|p| pinned_client_of(p, &tls_dir, addrs[p as usize])).collect();
+    for c in &mut cs {
+        for m in generation_messages(9, 7, 4) {
+            c.send(&m).unwrap();
+        }
+    }
+    for c in &mut cs {
+        c.set_max_frame(1 << 20);
+        assert_eq!(c.recv().unwrap()[0], 10, "an Answer");
+    }
+    drop(cs);
+    p0.wait_for("no next token from the client");
+    assert_eq!(ledger(&d, 0).len(), 3);
+    let c = generate_query(addrs, &tls_dir, "a private prompt for you", 3).unwrap();
+    assert_eq!(c["matches_plaintext"], true, "{c}");
+    let e = generate_query(addrs, &tls_dir, "a private prompt for you", 3).unwrap_err();
+    assert!(e.contains("no key bundle left"), "{e}");
+    assert!(p0.alive() && p1.alive());
+    assert_eq!(ledger(&d, 0).len(), 4);
+    assert_eq!(ledger(&d, 1), ledger(&d, 0));
+    // Every session's file is gone, used or cut short.
+    assert!(bundles(&d).is_empty(), "{:?}", bundles(&d));
     let _ = std::fs::remove_dir_all(&d);
 }

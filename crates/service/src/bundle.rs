@@ -375,6 +375,15 @@ impl BundleWriter {
     /// # Errors
     /// [`BundleError::Io`], or [`BundleError::Mismatch`] if the bundle exists already.
     pub fn create(dir: &Path, g: &Graph, header: &BundleHeader) -> Result<BundleWriter, BundleError> {
+        BundleWriter::create_in(dir, g.n, header)
+    }
+
+    /// Start a bundle of `header.sections` sections over `Z_{2^n}` (a generation session's
+    /// programs one after the other, [`crate::session`]).
+    ///
+    /// # Errors
+    /// As [`BundleWriter::create`].
+    pub fn create_in(dir: &Path, n: u32, header: &BundleHeader) -> Result<BundleWriter, BundleError> {
         let path = dir.join(header.id.file_name());
         if path.exists() {
             return Err(BundleError::Mismatch {
@@ -391,7 +400,7 @@ impl BundleWriter {
             out,
             partial,
             path,
-            n: g.n,
+            n,
             written: 0,
             sections: header.sections,
             bytes: h.len() as u64,
@@ -557,6 +566,22 @@ impl BundleReader {
     /// [`BundleError`] if the file is unreadable or damaged, or holds keys for another
     /// party or program.
     pub fn open(path: &Path, g: &Graph, fp: &[u8; 32], party: Party) -> Result<BundleReader, BundleError> {
+        BundleReader::open_sections(path, g.n, 2 + g.gates(), fp, party)
+    }
+
+    /// Open a bundle of `sections` sections over `Z_{2^n}` whose fingerprint is `fp`: one
+    /// program's ([`BundleReader::open`]) or a generation session's programs one after the
+    /// other, read as each step runs ([`crate::session`]).
+    ///
+    /// # Errors
+    /// As [`BundleReader::open`].
+    pub fn open_sections(
+        path: &Path,
+        n: u32,
+        sections: usize,
+        fp: &[u8; 32],
+        party: Party,
+    ) -> Result<BundleReader, BundleError> {
         let f = File::open(path).map_err(io_err(path))?;
         let mut input = BufReader::with_capacity(1 << 20, f);
         let header = header_from(&mut input, path)?;
@@ -574,13 +599,13 @@ impl BundleReader {
                 header.descriptor
             )));
         }
-        if header.sections as usize != 2 + g.gates() {
+        if header.sections as usize != sections {
             return Err(corrupted(
                 path,
-                format!("{} sections for a program of {} gates", header.sections, g.gates()),
+                format!("{} sections where the program has {sections}", header.sections),
             ));
         }
-        Ok(BundleReader { input, path: path.to_path_buf(), header, n: g.n, read: 0 })
+        Ok(BundleReader { input, path: path.to_path_buf(), header, n, read: 0 })
     }
 
     /// The bundle's header.
@@ -654,6 +679,10 @@ impl KeySource for BundleReader {
 
     fn output_mask(&mut self) -> Result<Vec<u64>, GateError> {
         let m = self.mask(KIND_OUTPUT)?;
+        if self.read < self.header.sections {
+            // A session: the next step's sections follow.
+            return Ok(m);
+        }
         let mut end = [0u8; 8];
         read_exact(&mut self.input, &mut end, &self.path, "the end marker")?;
         let mut extra = [0u8; 1];

@@ -66,10 +66,22 @@ impl ClientQuery {
         shares: [Vec<u64>; 2],
         out_len: usize,
     ) -> (ClientQuery, [[Msg; 2]; 2]) {
-        let head = QueryHead { id, model: shape.model.name().into(), seq: shape.seq, layers: shape.layers };
+        let head = QueryHead {
+            id,
+            model: shape.model.name().into(),
+            seq: shape.seq,
+            layers: shape.layers,
+            new: shape.new,
+        };
         let [s0, s1] = shares;
         let msgs = [[Msg::Query(head.clone()), Msg::Share(s0)], [Msg::Query(head), Msg::Share(s1)]];
         (ClientQuery { shape, out_len, answers: [None, None] }, msgs)
+    }
+
+    /// The answers of a later step of a generation session (the client sent both servers
+    /// that step's [`Msg::Share`] itself).
+    pub fn awaiting(shape: Shape, out_len: usize) -> ClientQuery {
+        ClientQuery { shape, out_len, answers: [None, None] }
     }
 
     /// A server's reply; `Ok(true)` once both have answered.
@@ -148,7 +160,7 @@ mod tests {
     }
 
     fn query() -> ClientQuery {
-        let shape = Shape { model: ModelName::BertTiny, seq: 8, layers: None };
+        let shape = Shape { model: ModelName::BertTiny, seq: 8, layers: None, new: None };
         let (q, msgs) = ClientQuery::new([1; 16], shape, [vec![1], vec![2]], 2);
         assert!(matches!(&msgs[1][1], Msg::Share(s) if s == &vec![2]));
         q

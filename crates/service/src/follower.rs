@@ -152,8 +152,8 @@ mod tests {
     const B: BundleId = BundleId { run: [1; 16], index: 3 };
 
     fn half(id: u8, at: Instant) -> Half<u8> {
-        let head = QueryHead { id: [id; 16], model: "bert-tiny".into(), seq: 8, layers: None };
-        let shape = Shape { model: ModelName::BertTiny, seq: 8, layers: None };
+        let head = QueryHead { id: [id; 16], model: "bert-tiny".into(), seq: 8, layers: None, new: None };
+        let shape = Shape { model: ModelName::BertTiny, seq: 8, layers: None, new: None };
         Half { head, shape, share: vec![1, 2], client: id, arrived: at }
     }
 

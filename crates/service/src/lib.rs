@@ -10,6 +10,7 @@
 //! | [`descriptor`] | which model, shape and implementation a bundle is for |
 //! | [`program`] | the program for a descriptor with its identity, built once per process |
 //! | [`proto`] | the messages and their frame limits |
+//! | [`session`] | a generation session's keys as one bundle: dealt ahead, read step by step |
 //! | [`queue`] | queries waiting at a server: bounded, expiring without spending a bundle |
 //! | [`leader`] | party 0: propose a bundle, begin only when party 1 holds the same query |
 //! | [`follower`] | party 1: pair client halves with party 0's proposals |
@@ -26,6 +27,7 @@ pub mod private;
 pub mod program;
 pub mod proto;
 pub mod queue;
+pub mod session;
 pub mod store;
 pub mod text;
 

@@ -5,11 +5,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use engine::{DynGate, Graph};
+use engine::{DynGate, Graph, NodeGates};
 use thiserror::Error;
 
 use crate::bundle::fingerprint;
 use crate::descriptor::{Descriptor, Shape};
+use crate::session::{self, SessionShape};
 
 /// A program that cannot be built for a descriptor.
 #[derive(Debug, Error)]
@@ -20,6 +21,12 @@ pub enum ProgramError {
     /// A compiled operator does not build.
     #[error("{0}")]
     Gates(#[from] compiler::spec::SpecError),
+    /// Keys could not be dealt.
+    #[error("{0}")]
+    Deal(engine::EngineError),
+    /// The model cannot run the descriptor (an encoder asked to generate).
+    #[error("{0}")]
+    Unsupported(String),
     /// The model has fewer layers than the bundles.
     #[error("the model has {have} layers, the bundles {want}")]
     Layers {
@@ -30,16 +37,21 @@ pub enum ProgramError {
     },
 }
 
-/// A program with its gates and identity.
+/// A program with its gates and identity; for a generation session, its first step (the
+/// prefill) and what builds the others.
 pub struct Program {
     /// What it is.
     pub desc: Descriptor,
-    /// The program.
+    /// The program (a session's first step).
     pub graph: Graph,
     /// Its gates (`None` for local nodes).
     pub gates: Vec<Option<Box<dyn DynGate>>>,
-    /// Its [`fingerprint`].
+    /// Its [`fingerprint`] (a session's [`session::identity`]).
     pub fingerprint: [u8; 32],
+    /// Sections of a bundle for it.
+    pub sections: usize,
+    /// The model, for a session's later steps.
+    model: Option<Arc<models::registry::Loaded>>,
 }
 
 impl std::fmt::Debug for Program {
@@ -60,8 +72,64 @@ impl Program {
         }
         let graph = loaded.graph(desc.seq as usize)?;
         let gates = engine::build(&graph, desc.imp)?;
-        let fingerprint = fingerprint(&graph, desc.imp);
-        Ok(Program { desc, graph, gates, fingerprint })
+        match desc.new {
+            None => {
+                let fingerprint = fingerprint(&graph, desc.imp);
+                let sections = 2 + graph.gates();
+                Ok(Program { desc, graph, gates, fingerprint, sections, model: None })
+            }
+            Some(_) => {
+                let Some(llama) = loaded.llama() else {
+                    return Err(ProgramError::Unsupported(format!("{} does not generate text", desc.model)));
+                };
+                let (fingerprint, sections) = session::identity(
+                    &llama.fx,
+                    desc.imp,
+                    Self::session_shape(&desc),
+                    &mut Default::default(),
+                )?;
+                Ok(Program { desc, graph, gates, fingerprint, sections, model: Some(Arc::new(loaded)) })
+            }
+        }
+    }
+
+    fn session_shape(desc: &Descriptor) -> SessionShape {
+        SessionShape { prompt_len: desc.seq as usize, new_tokens: desc.steps() }
+    }
+
+    /// Open a bundle of this program's keys for `party` (checked against its identity).
+    ///
+    /// # Errors
+    /// As [`crate::BundleReader::open_sections`].
+    pub fn open_bundle(
+        &self,
+        path: &std::path::Path,
+        party: fss::Party,
+    ) -> Result<crate::BundleReader, crate::BundleError> {
+        crate::BundleReader::open_sections(path, self.graph.n, self.sections, &self.fingerprint, party)
+    }
+
+    /// Steps: 1, or a session's.
+    pub fn steps(&self) -> usize {
+        self.desc.steps()
+    }
+
+    /// Step `t` (≥ 1) of a session: its program and gates.
+    ///
+    /// # Errors
+    /// [`ProgramError`] if it does not build, or this is not a session.
+    pub fn step(&self, t: usize) -> Result<(Graph, NodeGates), ProgramError> {
+        match self.model.as_deref().and_then(|m| m.llama()) {
+            Some(llama) if t < self.steps() => {
+                session::step_program(&llama.fx, self.desc.imp, Self::session_shape(&self.desc), t)
+            }
+            _ => Err(ProgramError::Unsupported(format!("{} has no step {t}", self.desc.human()))),
+        }
+    }
+
+    /// The model (for a session: its tokenizer and weights).
+    pub fn model(&self) -> Option<&models::registry::Loaded> {
+        self.model.as_deref()
     }
 
     /// Ring words in a client's input share.

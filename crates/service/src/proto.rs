@@ -79,6 +79,8 @@ pub struct QueryHead {
     pub seq: u32,
     /// Layers (`None`: whatever the bundles have).
     pub layers: Option<u32>,
+    /// For a generation: the tokens it wants at most (`seq` is then the prompt's length).
+    pub new: Option<u32>,
 }
 
 /// A server's answer.
@@ -150,6 +152,16 @@ pub enum Msg {
     Answer(Answer),
     /// Server → client: the query failed, and why.
     Failed(String),
+    /// Client → each server, in a generation session after a step's answer: the session
+    /// ends here (its remaining keys are never used).
+    Stop,
+    /// Party 0 → party 1, in a generation session: step `index` begins (party 0's client
+    /// sent its input share); party 1 answers [`Msg::Ready`] when its client did too, or
+    /// [`Msg::Reject`].
+    Step {
+        /// The step (1 is the first decode step).
+        index: u32,
+    },
 }
 
 impl Msg {
@@ -167,6 +179,8 @@ impl Msg {
             Msg::Withdraw { .. } => "Withdraw",
             Msg::Answer(_) => "Answer",
             Msg::Failed(_) => "Failed",
+            Msg::Stop => "Stop",
+            Msg::Step { .. } => "Step",
         }
     }
 }
@@ -262,6 +276,7 @@ impl Msg {
                 w.str(&q.model);
                 w.u32(q.seq);
                 w.u32(q.layers.unwrap_or(0));
+                w.u32(q.new.unwrap_or(0));
             }
             Msg::Share(v) => {
                 w.u8(2);
@@ -306,6 +321,11 @@ impl Msg {
                 w.u8(11);
                 w.str(s);
             }
+            Msg::Stop => w.u8(12),
+            Msg::Step { index } => {
+                w.u8(13);
+                w.u32(*index);
+            }
         }
         w.0
     }
@@ -322,6 +342,7 @@ impl Msg {
                 model: r.str()?,
                 seq: r.u32()?,
                 layers: Some(r.u32()?).filter(|&l| l != 0),
+                new: Some(r.u32()?).filter(|&g| g != 0),
             }),
             2 => Msg::Share(r.words()?),
             3 => Msg::Propose { query: r.arr()?, bundle: r.bundle()?, fingerprint: r.arr()? },
@@ -342,6 +363,8 @@ impl Msg {
                 online_ms: f64::from_bits(r.u64()?),
             }),
             11 => Msg::Failed(r.str()?),
+            12 => Msg::Stop,
+            13 => Msg::Step { index: r.u32()? },
             t => return Err(ProtoError::UnknownTag(t)),
         };
         if !r.0.is_empty() {
@@ -373,8 +396,15 @@ mod tests {
     fn all() -> Vec<Msg> {
         let b = BundleId { run: [9; 16], index: 4 };
         vec![
-            Msg::Query(QueryHead { id: [3; 16], model: "gpt2".into(), seq: 32, layers: Some(2) }),
-            Msg::Query(QueryHead { id: [0; 16], model: "bert-tiny".into(), seq: 8, layers: None }),
+            Msg::Query(QueryHead { id: [3; 16], model: "gpt2".into(), seq: 32, layers: Some(2), new: None }),
+            Msg::Query(QueryHead { id: [0; 16], model: "bert-tiny".into(), seq: 8, layers: None, new: None }),
+            Msg::Query(QueryHead {
+                id: [0; 16],
+                model: "smollm2".into(),
+                seq: 8,
+                layers: None,
+                new: Some(16),
+            }),
             Msg::Share(vec![1, 2, u64::MAX]),
             Msg::Share(vec![]),
             Msg::Propose { query: [1; 16], bundle: b, fingerprint: [5; 32] },
@@ -395,6 +425,8 @@ mod tests {
                 online_ms: 1.5,
             }),
             Msg::Failed("why".into()),
+            Msg::Stop,
+            Msg::Step { index: 7 },
         ]
     }
 

@@ -18,6 +18,8 @@ use service::Shape;
 use service::client::ClientQuery;
 use service::proto::{Msg, limits, tag};
 
+use models::llama::Sampling;
+
 use crate::model::{Loaded, ModelName, load};
 
 /// Arguments of `fusefss query`.
@@ -34,8 +36,27 @@ pub struct QueryArgs {
     #[arg(long, default_value = "bert-tiny")]
     model: ModelName,
     /// Sequence length (the text's tokens are repeated or cut to it).
-    #[arg(long)]
-    seq: usize,
+    #[arg(long, required_unless_present = "generate")]
+    seq: Option<usize>,
+    /// Generate text (llama-tiny, smollm2) from `--prompt` over a session the servers hold
+    /// keys for: the prompt's tokens must be the session's prompt length.
+    #[arg(long, requires = "prompt", conflicts_with_all = ["text", "input", "seq"])]
+    generate: bool,
+    /// The private prompt (with --generate).
+    #[arg(long, requires = "generate")]
+    prompt: Option<String>,
+    /// Wrap the prompt in the model's chat template (SmolLM2).
+    #[arg(long, requires = "generate")]
+    chat: bool,
+    /// Tokens to generate at most (generation stops at the model's end of turn).
+    #[arg(long, default_value_t = 8)]
+    max_new_tokens: usize,
+    /// Sampling temperature (0: greedy), with the client's own randomness.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f64,
+    /// Nucleus sampling mass.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f64,
     /// Use only the first L layers (as the dealer did).
     #[arg(long)]
     layers: Option<usize>,
@@ -80,11 +101,15 @@ struct Output {
 }
 
 pub fn run(a: QueryArgs) -> anyhow::Result<()> {
-    if a.seq == 0 {
-        bail!("--seq must be positive");
-    }
     if a.servers.len() != 2 {
         bail!("--servers takes two addresses, ADDR0,ADDR1 (got {})", a.servers.len());
+    }
+    if a.generate {
+        return generate(&a);
+    }
+    let seq = a.seq.unwrap_or(0);
+    if seq == 0 {
+        bail!("--seq must be positive");
     }
     let t = Instant::now();
     let loaded = load(a.model, a.layers)?;
@@ -97,9 +122,9 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
     rng.fill_bytes(&mut id);
     let layers = loaded.layers();
     let timeout = Duration::from_secs(a.timeout.max(1));
-    let g = loaded.graph(a.seq)?;
+    let g = loaded.graph(seq)?;
     let out_len = g.shape(g.output).len();
-    let shape = Shape { model: a.model, seq: a.seq as u32, layers: Some(layers as u32) };
+    let shape = Shape { model: a.model, seq: seq as u32, layers: Some(layers as u32), new: None };
     let (mut q, msgs) = ClientQuery::new(id, shape, [x0, x1], out_len);
     let me = std::sync::Arc::new(me);
     let (tx, rx) = std::sync::mpsc::channel();
@@ -132,11 +157,11 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
             let logits = models::float::gpt2_logits_last(w, &output)?;
             logits.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i)
         }
-        Loaded::Bert(..) => None,
+        Loaded::Bert(..) | Loaded::Llama(_) => None,
     };
     let out = Output {
         model: a.model.name(),
-        seq: a.seq,
+        seq,
         layers,
         implementation: desc.imp.name().into(),
         bundle: a0.bundle.clone(),
@@ -154,7 +179,7 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&out)?);
     } else {
         let show: Vec<String> = out.output.iter().take(6).map(|v| format!("{v:+.4}")).collect();
-        println!("{} ({} tokens, {}), bundle {}", desc.human(), a.seq, out.implementation, out.bundle);
+        println!("{} ({} tokens, {}), bundle {}", desc.human(), seq, out.implementation, out.bundle);
         println!("  output    {} … ({} values)", show.join(" "), out.output.len());
         if let Some(t) = out.next_token {
             println!("  next token: id {t}");
@@ -178,6 +203,21 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A TLS connection to server `party` (its certificate pinned).
+fn connect(party: u8, addr: &str, dir: &std::path::Path, me: &tls::Identity) -> anyhow::Result<Conn> {
+    let cert = tls::load_cert(dir, Role::server(party))?;
+    let cfg = tls::client_config(me, cert)?;
+    let sa = addr
+        .to_socket_addrs()
+        .with_context(|| format!("server {party} address {addr}"))?
+        .next()
+        .with_context(|| format!("server {party} address {addr} resolves to nothing"))?;
+    let sock = TcpStream::connect_timeout(&sa, Duration::from_secs(10))
+        .with_context(|| format!("cannot reach server {party} at {addr}"))?;
+    Conn::tls(sock, tls::client_connection(cfg)?, Some(Duration::from_secs(10)), None)
+        .with_context(|| format!("TLS with server {party} at {addr}"))
+}
+
 /// Send the query to server `party` and wait for its reply (the answer frame is limited
 /// by the output's size).
 fn ask(
@@ -189,17 +229,7 @@ fn ask(
     out_len: usize,
     timeout: Duration,
 ) -> anyhow::Result<Vec<u8>> {
-    let cert = tls::load_cert(dir, Role::server(party))?;
-    let cfg = tls::client_config(me, cert)?;
-    let sa = addr
-        .to_socket_addrs()
-        .with_context(|| format!("server {party} address {addr}"))?
-        .next()
-        .with_context(|| format!("server {party} address {addr} resolves to nothing"))?;
-    let sock = TcpStream::connect_timeout(&sa, Duration::from_secs(10))
-        .with_context(|| format!("cannot reach server {party} at {addr}"))?;
-    let mut c = Conn::tls(sock, tls::client_connection(cfg)?, Some(Duration::from_secs(10)), None)
-        .with_context(|| format!("TLS with server {party} at {addr}"))?;
+    let mut c = connect(party, addr, dir, me)?;
     c.set_timeout(Some(timeout));
     c.set_max_frame(limits::answer(out_len));
     for m in msgs {
@@ -211,7 +241,7 @@ fn ask(
 /// Token ids from `--text` or `--input`, cut or repeated to `--seq`.
 fn tokens(loaded: &Loaded, a: &QueryArgs) -> anyhow::Result<Vec<u32>> {
     let Some(path) = &a.input else {
-        return Ok(loaded.tokens(a.text.as_deref(), Some(a.seq))?);
+        return Ok(loaded.tokens(a.text.as_deref(), a.seq)?);
     };
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let ids: Vec<u32> = serde_json::from_str(&text)
@@ -223,5 +253,175 @@ fn tokens(loaded: &Loaded, a: &QueryArgs) -> anyhow::Result<Vec<u32>> {
     if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
         bail!("{}: token id {bad} is outside the vocabulary of {vocab}", path.display());
     }
-    Ok((0..a.seq).map(|i| ids[i % ids.len()]).collect())
+    let seq = a.seq.unwrap_or(ids.len());
+    Ok((0..seq).map(|i| ids[i % ids.len()]).collect())
+}
+
+/// One step of a generation, as `--json` prints it.
+#[derive(Serialize)]
+struct GenStep {
+    step: usize,
+    token: u32,
+    online_ms: f64,
+    rounds: u64,
+    comm_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    matches_plaintext: Option<bool>,
+}
+
+/// A generation, as `--json` prints it.
+#[derive(Serialize)]
+struct GenOutput {
+    model: &'static str,
+    #[serde(rename = "impl")]
+    implementation: String,
+    bundle: String,
+    prompt_tokens: usize,
+    tokens: Vec<u32>,
+    text: String,
+    matches_plaintext: Option<bool>,
+    total_ms: f64,
+    steps: Vec<GenStep>,
+}
+
+/// `query --generate`: a generation session with both servers. The client sends each the
+/// prompt's share; after every step it reconstructs the logits, picks the next token, and
+/// sends each server the share of its embedding (or `Stop`).
+fn generate(a: &QueryArgs) -> anyhow::Result<()> {
+    let sampling = Sampling { temperature: a.temperature, top_p: a.top_p };
+    if !sampling.is_valid() {
+        bail!("--temperature must be ≥ 0 and --top-p in (0, 1]");
+    }
+    if a.max_new_tokens == 0 {
+        bail!("--max-new-tokens must be positive");
+    }
+    let t = Instant::now();
+    let loaded = load(a.model, a.layers)?;
+    let Some(m) = loaded.llama() else {
+        bail!("{} does not generate text: use llama-tiny or smollm2", a.model);
+    };
+    let prompt = m.prompt(a.prompt.as_deref().unwrap_or_default(), a.chat)?;
+    let me = tls::load_identity(&a.tls, Role::Client)?;
+    let mut rng = fss::rng::os_rng()?;
+    let mut id = [0u8; 16];
+    rng.fill_bytes(&mut id);
+    let (n, f) = (m.fx.fx.n, m.fx.fx.f);
+    let vocab = m.w.config.vocab;
+    let shape = Shape {
+        model: a.model,
+        seq: prompt.len() as u32,
+        layers: Some(loaded.layers() as u32),
+        new: Some(a.max_new_tokens as u32),
+    };
+    let x = m.fx.input(&prompt);
+    let (x0, x1) = engine::share_input(&x, n, &mut rng);
+    let (mut q, msgs) = ClientQuery::new(id, shape, [x0, x1], vocab);
+    let timeout = Duration::from_secs(a.timeout.max(1));
+    let mut conns = Vec::with_capacity(2);
+    for (party, msgs) in [0u8, 1].into_iter().zip(&msgs) {
+        let mut c = connect(party, &a.servers[party as usize], &a.tls, &me)?;
+        c.set_timeout(Some(timeout));
+        c.set_max_frame(limits::answer(vocab));
+        for msg in msgs {
+            c.send(&msg.encode())?;
+        }
+        conns.push(c);
+    }
+    // With --check, the plaintext fixed-point model on the same tokens, step by step.
+    let shape_s = service::session::SessionShape { prompt_len: prompt.len(), new_tokens: a.max_new_tokens };
+    let mut plain_cache: Vec<Vec<u64>> = vec![];
+    let (mut tokens, mut steps) = (vec![], vec![]);
+    let mut desc = None;
+    let mut bundle = String::new();
+    let mut next = prompt.clone();
+    if !a.json {
+        println!("{} generating from a prompt of {} tokens:", a.model, prompt.len());
+    }
+    for step in 0..a.max_new_tokens {
+        let mut got = false;
+        for (party, c) in conns.iter_mut().enumerate() {
+            let b = c.recv().with_context(|| format!("waiting for server {party} (step {step})"))?;
+            got = q.on_reply(party as u8, &b).with_context(|| format!("generation {} failed", tag(&id)))?;
+        }
+        debug_assert!(got);
+        let reply = std::mem::replace(&mut q, ClientQuery::awaiting(shape, vocab))
+            .finish()
+            .with_context(|| format!("generation {} failed", tag(&id)))?;
+        let [a0, a1] = &reply.answers;
+        bundle = a0.bundle.clone();
+        let logits: Vec<f64> = reply.output.iter().map(|&v| dequantize(v, 2 * f, n)).collect();
+        let token = sampling.pick(&logits, &mut rng);
+        let matches = if a.check {
+            let (g, gates) = service::session::step_program(&m.fx, reply.descriptor.imp, shape_s, step)?;
+            let (want, cache) = engine::plain_step(&g, &gates, &m.fx.input(&next), &plain_cache)?;
+            plain_cache = cache;
+            Some(want == reply.output)
+        } else {
+            None
+        };
+        desc = Some(reply.descriptor);
+        if !a.json {
+            println!(
+                "  {} token {:>5} {:<14} online {:>7.1} ms, {:>4} rounds{}",
+                if step == 0 { "prefill" } else { "step   " },
+                token,
+                format!("{:?}", m.decode(&[token])),
+                a0.online_ms.max(a1.online_ms),
+                a0.rounds.max(a1.rounds),
+                match matches {
+                    Some(true) => ", as the plaintext fixed-point model",
+                    Some(false) => ", NOT as the plaintext fixed-point model",
+                    None => "",
+                }
+            );
+        }
+        steps.push(GenStep {
+            step,
+            token,
+            online_ms: a0.online_ms.max(a1.online_ms),
+            rounds: a0.rounds.max(a1.rounds),
+            comm_bytes: a0.comm_bytes.max(a1.comm_bytes),
+            matches_plaintext: matches,
+        });
+        tokens.push(token);
+        let last = step + 1 == a.max_new_tokens || Some(token) == m.eos;
+        if last {
+            for c in &mut conns {
+                let _ = c.send(&Msg::Stop.encode());
+            }
+            break;
+        }
+        next = vec![token];
+        let (y0, y1) = engine::share_input(&m.fx.input(&next), n, &mut rng);
+        for (c, share) in conns.iter_mut().zip([y0, y1]) {
+            c.send(&Msg::Share(share).encode()).context("sending the next token's share")?;
+        }
+    }
+    let matches = a.check.then(|| steps.iter().all(|s| s.matches_plaintext == Some(true)));
+    let out = GenOutput {
+        model: a.model.name(),
+        implementation: desc.map(|d| d.imp.name().to_string()).unwrap_or_default(),
+        bundle,
+        prompt_tokens: prompt.len(),
+        text: m.decode(&tokens),
+        tokens,
+        matches_plaintext: matches,
+        total_ms: t.elapsed().as_secs_f64() * 1e3,
+        steps,
+    };
+    if a.json {
+        println!("{}", serde_json::to_string(&out)?);
+    } else {
+        println!("  text: {:?}", out.text);
+        println!("  {:.1} s in all, bundle {}", out.total_ms / 1e3, out.bundle);
+        match matches {
+            Some(true) => println!("  matches the plaintext fixed-point model: yes, at every step"),
+            Some(false) => println!("  matches the plaintext fixed-point model: NO"),
+            None => {}
+        }
+    }
+    if matches == Some(false) {
+        bail!("the secure result differs from the plaintext fixed-point result");
+    }
+    Ok(())
 }

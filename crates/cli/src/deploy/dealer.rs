@@ -1,5 +1,5 @@
-//! `fusefss dealer`: key bundles for K queries, one folder per server, and the TLS
-//! certificates of the two servers and the client.
+//! `fusefss dealer`: key bundles for K queries (or K generation sessions), one folder per
+//! server, and the TLS certificates of the two servers and the client.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -10,7 +10,8 @@ use fss::Party;
 use fss::rng::Rng;
 use indicatif::{ProgressBar, ProgressStyle};
 use service::Descriptor;
-use service::bundle::{BundleHeader, BundleId, BundleWriter, fingerprint};
+use service::bundle::{BundleHeader, BundleId, BundleWriter, Fingerprints, fingerprint};
+use service::session::{self, SessionShape};
 
 use crate::model::{ModelName, load};
 
@@ -21,12 +22,20 @@ pub struct DealerArgs {
     #[arg(long, default_value = "bert-tiny")]
     model: ModelName,
     /// Sequence length the keys are for (every query then has exactly this many tokens).
-    #[arg(long)]
-    seq: usize,
+    #[arg(long, required_unless_present = "prompt_len", conflicts_with = "prompt_len")]
+    seq: Option<usize>,
+    /// Generation sessions (llama-tiny, smollm2): the prompt's tokens (every session's
+    /// prompt then has exactly this many, chat template included).
+    #[arg(long, requires = "max_new_tokens")]
+    prompt_len: Option<usize>,
+    /// Generation sessions: the tokens each generates at most (its steps: the prefill,
+    /// then one decode step per further token).
+    #[arg(long, requires = "prompt_len")]
+    max_new_tokens: Option<usize>,
     /// Use only the first L layers.
     #[arg(long)]
     layers: Option<usize>,
-    /// Key bundles to write: one query each.
+    /// Key bundles to write: one query (or one generation session) each.
     #[arg(long, default_value_t = 1)]
     count: u32,
     /// Output folder: writes OUT/party0/, OUT/party1/ and OUT/tls/ (certificates are made
@@ -57,15 +66,25 @@ impl ImplArg {
 }
 
 pub fn run(a: DealerArgs) -> anyhow::Result<()> {
-    if a.seq == 0 || a.count == 0 {
-        bail!("--seq and --count must be positive");
+    let seq = a.seq.or(a.prompt_len).unwrap_or(0);
+    if seq == 0 || a.count == 0 || a.max_new_tokens == Some(0) {
+        bail!("--seq (or --prompt-len), --max-new-tokens and --count must be positive");
     }
     let loaded = load(a.model, a.layers)?;
-    let g = loaded.graph(a.seq)?;
+    if a.max_new_tokens.is_some() && loaded.llama().is_none() {
+        bail!(
+            "{} does not generate text: sessions (--prompt-len, --max-new-tokens) are for llama-tiny and smollm2",
+            a.model
+        );
+    }
     let imp = a.implementation.imp();
-    let gates = engine::build(&g, imp)?;
-    let desc = Descriptor { model: a.model, seq: a.seq as u32, layers: loaded.layers() as u32, imp };
-    let fp = fingerprint(&g, imp);
+    let desc = Descriptor {
+        model: a.model,
+        seq: seq as u32,
+        layers: loaded.layers() as u32,
+        imp,
+        new: a.max_new_tokens.map(|g| g as u32),
+    };
     let dirs = [a.out.join("party0"), a.out.join("party1")];
     // Private folders (0700, files 0600 whatever the umask), each marked with its party.
     service::private::create_dir(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
@@ -81,45 +100,25 @@ pub fn run(a: DealerArgs) -> anyhow::Result<()> {
         service::private::restrict_dir(&tls).with_context(|| format!("restricting {}", tls.display()))?;
         println!("certificates: keeping those in {}", tls.display());
     }
-    let mut rng = fss::rng::os_rng()?;
-    let mut run = [0u8; 16];
-    rng.fill_bytes(&mut run);
-    println!(
-        "dealing {} bundle(s) for {}: {} nodes, {} with keys",
-        a.count,
-        desc.human(),
-        g.nodes.len(),
-        g.gates()
-    );
-    let bar = ProgressBar::new(u64::from(a.count) * g.nodes.len() as u64);
-    bar.set_style(
-        ProgressStyle::with_template("dealer [{bar:30}] {pos}/{len} layers, {elapsed} (eta {eta}) {msg}")
-            .expect("a valid template")
-            .progress_chars("=> "),
-    );
-    let t = Instant::now();
-    let mut bytes = 0u64;
-    for index in 0..a.count {
-        let id = BundleId { run, index };
-        let header = |party| BundleHeader {
-            party,
-            id,
-            fingerprint: fp,
-            descriptor: desc.to_string(),
-            sections: 2 + g.gates() as u32,
-        };
-        let mut w0 = BundleWriter::create(&dirs[0], &g, &header(Party::P0))?;
-        let mut w1 = BundleWriter::create(&dirs[1], &g, &header(Party::P1))?;
-        let base = u64::from(index) * g.nodes.len() as u64;
-        bar.set_message(format!("bundle {}/{}", index + 1, a.count));
-        engine::deal_into(&g, &gates, &mut rng, [&mut w0, &mut w1], |i, _| {
-            bar.set_position(base + i as u64)
-        })?;
-        bytes = w0.bytes();
-        w0.finish()?;
-        w1.finish()?;
+    match loaded.llama().filter(|_| desc.new.is_some()) {
+        Some(llama) => deal_sessions(&a, &desc, llama, &dirs),
+        None => deal_queries(&a, &desc, &loaded.graph(seq)?, &dirs),
     }
-    bar.finish_and_clear();
+}
+
+fn bar(len: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "dealer [{{bar:30}}] {{pos}}/{{len}} {what}, {{elapsed}} (eta {{eta}}) {{msg}}"
+        ))
+        .expect("a valid template")
+        .progress_chars("=> "),
+    );
+    bar
+}
+
+fn done(a: &DealerArgs, t: Instant, bytes: u64, dirs: &[PathBuf; 2]) {
     println!(
         "wrote {} bundle(s) per server in {:.1} s: {:.1} MB each, to {} and {}",
         a.count,
@@ -131,5 +130,93 @@ pub fn run(a: DealerArgs) -> anyhow::Result<()> {
     println!(
         "give party0/ and tls/server0.* to server 0, party1/ and tls/server1.* to server 1, tls/client.* to the client (every party needs the three .pem certificates)"
     );
+}
+
+/// Generation sessions: each bundle holds every step's keys, dealt ahead, the KV cache's
+/// masks carried from step to step.
+fn deal_sessions(
+    a: &DealerArgs,
+    desc: &Descriptor,
+    llama: &models::registry::Llama,
+    dirs: &[PathBuf; 2],
+) -> anyhow::Result<()> {
+    let shape = SessionShape { prompt_len: desc.seq as usize, new_tokens: desc.steps() };
+    let (fp, sections) = session::identity(&llama.fx, desc.imp, shape, &mut Fingerprints::default())?;
+    let mut rng = fss::rng::os_rng()?;
+    let mut run = [0u8; 16];
+    rng.fill_bytes(&mut run);
+    println!("dealing {} session(s) for {}: {} steps each", a.count, desc.human(), shape.steps());
+    let bar = bar(u64::from(a.count) * shape.steps() as u64, "steps");
+    let t = Instant::now();
+    let mut bytes = 0u64;
+    for index in 0..a.count {
+        let id = BundleId { run, index };
+        let header = |party| BundleHeader {
+            party,
+            id,
+            fingerprint: fp,
+            descriptor: desc.to_string(),
+            sections: sections as u32,
+        };
+        let n = llama.fx.fx.n;
+        let mut w0 = BundleWriter::create_in(&dirs[0], n, &header(Party::P0))?;
+        let mut w1 = BundleWriter::create_in(&dirs[1], n, &header(Party::P1))?;
+        bar.set_message(format!("session {}/{}", index + 1, a.count));
+        let base = u64::from(index) * shape.steps() as u64;
+        session::deal(&llama.fx, desc.imp, shape, &mut rng, [&mut w0, &mut w1], |step, _| {
+            bar.set_position(base + step as u64 + 1)
+        })?;
+        bytes = w0.bytes();
+        w0.finish()?;
+        w1.finish()?;
+    }
+    bar.finish_and_clear();
+    done(a, t, bytes, dirs);
+    Ok(())
+}
+
+/// One program per bundle.
+fn deal_queries(
+    a: &DealerArgs,
+    desc: &Descriptor,
+    g: &engine::Graph,
+    dirs: &[PathBuf; 2],
+) -> anyhow::Result<()> {
+    let imp = desc.imp;
+    let gates = engine::build(g, imp)?;
+    let fp = fingerprint(g, imp);
+    let mut rng = fss::rng::os_rng()?;
+    let mut run = [0u8; 16];
+    rng.fill_bytes(&mut run);
+    println!(
+        "dealing {} bundle(s) for {}: {} nodes, {} with keys",
+        a.count,
+        desc.human(),
+        g.nodes.len(),
+        g.gates()
+    );
+    let bar = bar(u64::from(a.count) * g.nodes.len() as u64, "layers");
+    let t = Instant::now();
+    let mut bytes = 0u64;
+    for index in 0..a.count {
+        let id = BundleId { run, index };
+        let header = |party| BundleHeader {
+            party,
+            id,
+            fingerprint: fp,
+            descriptor: desc.to_string(),
+            sections: 2 + g.gates() as u32,
+        };
+        let mut w0 = BundleWriter::create(&dirs[0], g, &header(Party::P0))?;
+        let mut w1 = BundleWriter::create(&dirs[1], g, &header(Party::P1))?;
+        let base = u64::from(index) * g.nodes.len() as u64;
+        bar.set_message(format!("bundle {}/{}", index + 1, a.count));
+        engine::deal_into(g, &gates, &mut rng, [&mut w0, &mut w1], |i, _| bar.set_position(base + i as u64))?;
+        bytes = w0.bytes();
+        w0.finish()?;
+        w1.finish()?;
+    }
+    bar.finish_and_clear();
+    done(a, t, bytes, dirs);
     Ok(())
 }

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use engine::run_party;
+use engine::{PartyRun, run_party_step};
 use fss::Party;
 use gates::GateError;
 use net::tls::{self, Role};
@@ -272,7 +272,7 @@ fn shape_of(h: &QueryHead) -> Result<Shape, String> {
     if h.seq == 0 {
         return Err("the sequence length is 0".into());
     }
-    Ok(Shape { model, seq: h.seq, layers: h.layers })
+    Ok(Shape { model, seq: h.seq, layers: h.layers, new: h.new })
 }
 
 fn transport(e: NetError) -> GateError {
@@ -280,6 +280,20 @@ fn transport(e: NetError) -> GateError {
         NetError::Closed => "the other server closed the connection".into(),
         e => format!("the other server: {e}"),
     })
+}
+
+/// The answer to a client for one program's run.
+fn answer(prog: &Program, g: &engine::Graph, id: BundleId, run: PartyRun) -> Answer {
+    Answer {
+        descriptor: prog.desc.to_string(),
+        bundle: id.to_string(),
+        n: g.n,
+        f: g.f,
+        share: run.output,
+        rounds: run.stats.rounds,
+        comm_bytes: run.stats.comm_bytes(),
+        online_ms: run.wall.as_secs_f64() * 1e3,
+    }
 }
 
 /// Tell a client its query failed.
@@ -515,7 +529,7 @@ impl Server {
             fail_client(self.party, h, &e);
             return None;
         }
-        let mut keys = match BundleReader::open(&path, &prog.graph, &prog.fingerprint, self.party) {
+        let mut keys = match prog.open_bundle(&path, self.party) {
             Ok(k) => k,
             Err(e) => {
                 self.say(format!("bundle {id} cannot be used: {e}; retired"));
@@ -585,6 +599,9 @@ impl Server {
 
     /// Run the online phase of a begun query and send its client the answer or the error.
     fn run_and_answer(&mut self, prog: &Program, keys: &mut BundleReader, mut h: Half<Conn>, id: BundleId) {
+        if prog.desc.new.is_some() {
+            return self.run_session(prog, keys, h, id);
+        }
         let share = std::mem::take(&mut h.share);
         match self.online(prog, keys, &share, id) {
             Ok(a) => {
@@ -612,35 +629,170 @@ impl Server {
         share: &[u64],
         id: BundleId,
     ) -> Result<Answer, String> {
+        let r = self.online_step(&prog.graph, &prog.gates, keys, share, &[]);
+        self.discard(id);
+        let run = r.map_err(|e| format!("online phase with bundle {id} failed: {e}"))?;
+        Ok(answer(prog, &prog.graph, id, run))
+    }
+
+    /// One program's online phase over the server link, with the masked values carried
+    /// over from the previous program of a session; the link is dropped on failure.
+    fn online_step(
+        &mut self,
+        g: &engine::Graph,
+        gates: &[Option<Box<dyn engine::DynGate>>],
+        keys: &mut BundleReader,
+        share: &[u64],
+        carried: &[Vec<u64>],
+    ) -> Result<PartyRun, String> {
         let timeout = self.timeout;
         let peer = self.peer.as_mut().ok_or("the link to the other server is gone")?;
         peer.set_timeout(Some(timeout));
         peer.set_frame_deadline(Some(timeout));
         // Every round, the other server's message is as long as ours.
-        let r = run_party(&prog.graph, &prog.gates, keys, share, |m, idle| {
+        let r = run_party_step(g, gates, keys, share, carried, |m, idle| {
             peer.set_max_frame(m.len() as u64);
             peer.exchange_idle(&m, idle).map_err(transport)
         });
         if let Some(p) = self.peer.as_mut() {
             p.set_max_frame(limits::CONTROL);
         }
-        self.discard(id);
-        match r {
-            Ok(run) => Ok(Answer {
-                descriptor: prog.desc.to_string(),
-                bundle: id.to_string(),
-                n: prog.graph.n,
-                f: prog.graph.f,
-                share: run.output,
-                rounds: run.stats.rounds,
-                comm_bytes: run.stats.comm_bytes(),
-                online_ms: run.wall.as_secs_f64() * 1e3,
-            }),
-            Err(e) => {
-                self.drop_link();
-                Err(format!("online phase with bundle {id} failed: {e}"))
+        r.map_err(|e| {
+            self.drop_link();
+            e.to_string()
+        })
+    }
+
+    /// A generation session: step after step, answer the client, wait for its next share
+    /// (or `Stop`), agree with the other server that the next step runs, run it. The
+    /// session's bundle was spent when it began and is deleted when it ends, however it
+    /// ends; the KV cache stays here as masked values and is never opened.
+    fn run_session(&mut self, prog: &Program, keys: &mut BundleReader, mut h: Half<Conn>, id: BundleId) {
+        let query = tag(&h.id());
+        let mut share = std::mem::take(&mut h.share);
+        let mut carried: Vec<Vec<u64>> = vec![];
+        let hidden = prog.input_len() / prog.desc.seq.max(1) as usize;
+        let (mut total_ms, mut steps) = (0.0, 0);
+        for t in 0..prog.steps() {
+            let built = if t == 0 { None } else { Some(prog.step(t)) };
+            let (g, gates) = match &built {
+                None => (&prog.graph, prog.gates.as_slice()),
+                Some(Ok((g, gates))) => (g, gates.as_slice()),
+                Some(Err(e)) => {
+                    let e = format!("step {t} does not build: {e}");
+                    self.end_session(id, h, &e);
+                    return;
+                }
+            };
+            let run = match self.online_step(g, gates, keys, &share, &carried) {
+                Ok(r) => r,
+                Err(e) => {
+                    let e = format!("step {t} of the session with bundle {id} failed: {e}");
+                    self.end_session(id, h, &e);
+                    return;
+                }
+            };
+            let mut run = run;
+            carried = std::mem::take(&mut run.carried);
+            let a = answer(prog, g, id, run);
+            total_ms += a.online_ms;
+            steps += 1;
+            if h.client.send(&Msg::Answer(a).encode()).is_err() {
+                if t + 1 < prog.steps() {
+                    // The other server waits for this step's agreement: end it there too.
+                    let _ = match self.party {
+                        Party::P0 => self.lead_step(t + 1, false),
+                        Party::P1 => self.follow_step(t + 1, false),
+                    };
+                }
+                self.end_session(id, h, "the client left");
+                return;
+            }
+            if t + 1 == prog.steps() {
+                break;
+            }
+            // The client's next token (its embedding's share) or the end.
+            h.client.set_timeout(Some(self.timeout));
+            h.client.set_max_frame(limits::share(hidden));
+            let next = match recv_msg(&mut h.client) {
+                Ok(Msg::Share(v)) if v.len() == hidden => Ok(Some(v)),
+                Ok(Msg::Share(v)) => {
+                    Err(format!("the next token's share has {} values, not {hidden}", v.len()))
+                }
+                Ok(Msg::Stop) => Ok(None),
+                Ok(m) => Err(format!("expected the next token's share or Stop, got {}", m.name())),
+                Err(e) => Err(format!("no next token from the client: {e}")),
+            };
+            let go = matches!(next, Ok(Some(_)));
+            let agreed = match self.party {
+                Party::P0 => self.lead_step(t + 1, go),
+                Party::P1 => self.follow_step(t + 1, go),
+            };
+            match (agreed, next) {
+                (Ok(true), Ok(Some(v))) => share = v,
+                (Ok(_), Ok(None)) => break,
+                (Ok(_), Ok(Some(_))) => {
+                    let e =
+                        format!("the session ended before step {}: the other server's half stopped", t + 1);
+                    self.end_session(id, h, &e);
+                    return;
+                }
+                (Err(e), _) | (Ok(_), Err(e)) => {
+                    self.end_session(id, h, &e);
+                    return;
+                }
             }
         }
+        self.discard(id);
+        self.say(format!(
+            "session {query}: bundle {id}, {steps} step(s), online {total_ms:.0} ms in all ({:.0} ms since it arrived)",
+            h.arrived.elapsed().as_secs_f64() * 1e3
+        ));
+    }
+
+    /// Party 0: tell party 1 whether step `t` runs (`go`: the client sent its share); it
+    /// runs only if party 1's client sent one too.
+    fn lead_step(&mut self, t: usize, go: bool) -> Result<bool, String> {
+        let control = self.control;
+        let peer = self.peer.as_mut().ok_or("the link to party 1 is gone")?;
+        let m = if go { Msg::Step { index: t as u32 } } else { Msg::Stop };
+        peer.set_timeout(Some(control));
+        peer.set_frame_deadline(Some(control));
+        peer.send(&m.encode()).map_err(|e| format!("party 1: {e}"))?;
+        if !go {
+            return Ok(false);
+        }
+        match recv_msg(peer) {
+            Ok(Msg::Ready) => Ok(true),
+            Ok(Msg::Stop) | Ok(Msg::Reject { .. }) => Ok(false),
+            Ok(m) => Err(format!("party 1 answered {} to step {t}", m.name())),
+            Err(e) => Err(format!("party 1 did not confirm step {t}: {e}")),
+        }
+    }
+
+    /// Party 1: step `t` runs if party 0 says so and this server's client sent its share
+    /// too (`go`).
+    fn follow_step(&mut self, t: usize, go: bool) -> Result<bool, String> {
+        let wait = self.timeout + self.control;
+        let peer = self.peer.as_mut().ok_or("the link to party 0 is gone")?;
+        peer.set_timeout(Some(wait));
+        peer.set_frame_deadline(Some(self.control));
+        match recv_msg(peer) {
+            Ok(Msg::Step { index }) if index as usize == t => {
+                let reply = if go { Msg::Ready } else { Msg::Stop };
+                peer.send(&reply.encode()).map_err(|e| format!("party 0: {e}"))?;
+                Ok(go)
+            }
+            Ok(Msg::Stop) => Ok(false),
+            Ok(m) => Err(format!("party 0 sent {} where step {t} was due", m.name())),
+            Err(e) => Err(format!("party 0 did not start step {t}: {e}")),
+        }
+    }
+
+    /// A session that failed: its bundle deleted, its client told.
+    fn end_session(&mut self, id: BundleId, h: Half<Conn>, why: &str) {
+        self.discard(id);
+        fail_client(self.party, h, why);
     }
 
     /// Whether bundle `id` (as party 0 proposes it) can run `h` here, without spending it.
@@ -778,7 +930,7 @@ impl Server {
     /// confirm, run.
     fn follow_query(&mut self, h: Half<Conn>, id: BundleId, prog: &Program) {
         let path = self.store.path_of(&id);
-        let mut keys = match BundleReader::open(&path, &prog.graph, &prog.fingerprint, self.party) {
+        let mut keys = match prog.open_bundle(&path, self.party) {
             Ok(k) => k,
             Err(e) => {
                 let e = e.to_string();

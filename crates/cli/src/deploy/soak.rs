@@ -153,7 +153,7 @@ fn pinned(dir: &Path, party: u8, addr: &str) -> anyhow::Result<Conn> {
 }
 
 fn half(id: [u8; 16], seq: usize, words: usize) -> [Msg; 2] {
-    let head = QueryHead { id, model: "bert-tiny".into(), seq: seq as u32, layers: None };
+    let head = QueryHead { id, model: "bert-tiny".into(), seq: seq as u32, layers: None, new: None };
     [Msg::Query(head), Msg::Share(vec![0; words])]
 }
 
