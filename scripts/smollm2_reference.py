@@ -5,7 +5,7 @@ A plain Llama forward pass: embedding; per block RMSNorm -> q,k,v -> RoPE (HF ro
 -> grouped-query causal attention -> o_proj -> residual; RMSNorm -> SiLU(gate) * up -> down
 -> residual; final RMSNorm; LM head = embedding^T (tied). Greedy generation with a KV cache.
 
-It prints and saves (results/smollm2-activation-stats.json):
+It prints and saves (results/data/smollm2-activation-stats.json):
   a) the greedy 32-token answer to "What is the capital of France?" through the chat template;
   b) activation statistics over a few ~32-token prompts, and weight magnitudes;
   c) a rough fixed-point simulation (everything rounded to multiples of 2^-f after every matmul
@@ -281,7 +281,7 @@ PLAIN_PROMPTS = [
 
 def main(argv):
     args = [a for a in argv if not a.startswith("--")]
-    out_json = os.path.join(ROOT, "results", "smollm2-activation-stats.json")
+    out_json = os.path.join(ROOT, "results", "data", "smollm2-activation-stats.json")
     if "--out" in argv:
         out_json = argv[argv.index("--out") + 1]
         args = [a for a in args if a != out_json]

@@ -30,7 +30,7 @@ fn json_rows_have_the_promised_fields() {
     assert!(has("dcf", 50, 64, 1) && has("dcf", 50, 64, 4));
     assert!(has("dpf_lt", 50, 1, 1) && has("dpf", 50, 64, 1));
     assert!(has("dpf_full_domain", 8, 64, 1) && has("dpf_full_domain", 13, 64, 1));
-    // Key sizes are the formulas of fss-building-blocks.md §8.
+    // Key sizes are the formulas of docs/design/fss-building-blocks.md §8.
     let key = |p: &str, n: u64, k: u64| {
         rows.iter().find(|r| r["primitive"] == p && r["n"] == n && r["payload_words"] == k).unwrap()["key_bytes"]
             .as_u64()

@@ -32,7 +32,7 @@ fn sigma_rows_are_exact_with_sigma_round_counts() {
             .as_u64()
             .unwrap()
     };
-    // At most SIGMA's CPU rounds (baselines-sigma-crypten.md §6).
+    // At most SIGMA's CPU rounds (docs/design/baselines.md §6).
     for (op, max) in [
         ("mul", 1),
         ("select", 1),

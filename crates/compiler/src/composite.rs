@@ -1,5 +1,5 @@
 //! FuseFSS composites: SIGMA's softmax and normalisations with their nonlinearities
-//! compiled (fusefss-paper-digest.md §4). The row max stays a comparison tree and the
+//! compiled (docs/design/paper.md §4). The row max stays a comparison tree and the
 //! products and truncations are the shared sub-protocols; `e^{−x}`, the reciprocal and the
 //! reciprocal square root are [`library`](crate::library) specs, and the mean's shift is a
 //! one-round shift with slack.
@@ -58,7 +58,7 @@ impl UnaryFamily for Compiled {
 type Cache = HashMap<(String, CompileOptions), Arc<Program>>;
 
 /// Compile `spec` once per process for each option set: the program is public and
-/// mask-independent, so every instance (layer, query) reuses it (digest §3.8).
+/// mask-independent, so every instance (layer, query) reuses it (docs/design/paper.md §3.8).
 ///
 /// # Errors
 /// As [`compile`].

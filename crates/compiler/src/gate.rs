@@ -795,7 +795,7 @@ impl CompiledGate {
         }
     }
 
-    /// DCF points, payloads and base values (digest §3.4): the intervals in `x̂`-space start
+    /// DCF points, payloads and base values (docs/design/paper.md §3.4): the intervals in `x̂`-space start
     /// at `α_i + r`; interval `t` carries the coefficients of `P_i(X_u)` re-expanded in `x̂`.
     #[allow(clippy::type_complexity)]
     fn dcf_payloads(&self, r: &[u64], per: usize) -> Result<(Vec<u64>, Vec<u64>, Vec<u64>), GateError> {
@@ -1052,7 +1052,7 @@ impl CompiledGate {
                     }
                 }
             }
-            // The leaves, all at once: a bit per leaf in `acc` (parity tables, §3.5).
+            // The leaves, all at once: a bit per leaf in `acc` (parity tables, docs/design/paper.md §3.5).
             let plan = &*self.plan;
             let lw = words_for(p.leaves.len()).max(1);
             let mut own = vec![];

@@ -1,6 +1,6 @@
 //! The FuseFSS compiler: operator specifications compiled to one opening of the masked
 //! input, a packed comparison, an interval lookup and a post-processing circuit `Φ`
-//! (design.md §5; fusefss-paper-digest.md §2–3; compiled-gates.md).
+//! (docs/design/brief.md §5; docs/design/paper.md §2–3; docs/design/compiled-gates.md).
 //!
 //! | module | what |
 //! |---|---|

@@ -1,4 +1,4 @@
-//! The operator library: transformer nonlinearities as specs (compiled-gates.md §4).
+//! The operator library: transformer nonlinearities as specs (docs/design/compiled-gates.md §4).
 //!
 //! Every function of a real variable is specified *exactly rounded*: the output is the f64
 //! function rounded half up to the output scale (or, for residual forms, the input minus a
@@ -7,7 +7,7 @@
 //! constant (the models' GeLU is [`gelu_rows`], `composite::gelu`; softmax's `e^{−x}` is
 //! [`nexp_rows`]). The integer tables are generated here
 //! once, from f64 formulas, and the spec carries them: the compiled gate and the reference
-//! read the same integers (compiled-gates.md §6, pitfall 1).
+//! read the same integers (docs/design/compiled-gates.md §6, pitfall 1).
 //!
 //! | spec | computes | input |
 //! |---|---|---|
@@ -182,7 +182,7 @@ fn spec(name: String, n: u32, l: u32, signed: bool, scale: u32, b: Vec<u64>, p: 
 }
 
 /// `ReLU(x) − D(x)` with `D = round(residual)` an even step function that vanishes for
-/// `|x| ≥ reach·2^f`: exactly the rounded activation (compiled-gates.md §4.2).
+/// `|x| ≥ reach·2^f`: exactly the rounded activation (docs/design/compiled-gates.md §4.2).
 fn relu_minus_residual(
     name: String,
     func: Function,
@@ -393,7 +393,7 @@ pub fn tanh(n_in: u32, l: u32, f: u32) -> OperatorSpec {
 }
 
 /// `e^{−x}` at scale `f` for `x ≥ 0` (read as a signed `n_in`-bit value; negative inputs give
-/// `1`), exactly rounded (compiled-gates.md §4.4).
+/// `1`), exactly rounded (docs/design/compiled-gates.md §4.4).
 pub fn nexp(n_in: u32, l: u32, f: u32) -> OperatorSpec {
     let one = (1u64 << f) as f64;
     let y = |x: u64| -> i64 { round_half_up((-(x as f64) / one).exp() * one) };
@@ -488,7 +488,7 @@ pub fn reciprocal_grid(f: u32, cols: u64, l: u32, m: u32) -> OperatorSpec {
 
 /// `1/S` at scale `f` for a softmax row sum `S ∈ [1, cols]` at scale `f` (`cols` a power of
 /// two): the input is read on `n_in = f + log2(cols)` bits, so `S = cols` wraps to 0 and
-/// row 0 holds `1/cols` (compiled-gates.md §8, the narrower contract). Rows of `2^6` ulps
+/// row 0 holds `1/cols` (docs/design/compiled-gates.md §8, the narrower contract). Rows of `2^6` ulps
 /// hold the minimax constant of the row; `S < 1` reads as 1.
 pub fn reciprocal(f: u32, cols: u64, l: u32) -> OperatorSpec {
     assert!(cols.is_power_of_two() && cols >= 2, "cols must be a power of two");
@@ -511,7 +511,7 @@ pub fn reciprocal(f: u32, cols: u64, l: u32) -> OperatorSpec {
 
 /// `2^f/√(v/(d·2^{2f}))` for a non-negative sum of squares `v` at scale `2f` (`1/σ` of a
 /// row of `d` at scale `f`): a floating grid with 7 mantissa bits, each cell the minimax
-/// constant; `v = 0` and negative `v` read as `v = 1` (compiled-gates.md §4.6).
+/// constant; `v = 0` and negative `v` read as `v = 1` (docs/design/compiled-gates.md §4.6).
 ///
 /// Cells are at least [`rsqrt_floor`] ulps wide: below `σ = 2^{−6}` (rows whose values
 /// differ by a few ulps) the grid turns uniform. All boundaries are then multiples of the
@@ -585,7 +585,7 @@ pub fn rsqrt_grid_out(n: u32, l: u32, f: u32, d: u64, m: u32, floor: u32, extra:
 }
 
 /// The exact arithmetic shift `⌊x / 2^f⌋` of a signed `n`-bit input; with `sign`, a second
-/// (Boolean) output `1[x ≥ 0]` from the same opening (compiled-gates.md §4.1).
+/// (Boolean) output `1[x ≥ 0]` from the same opening (docs/design/compiled-gates.md §4.1).
 pub fn ars(n: u32, f: u32, sign: bool) -> OperatorSpec {
     let mut s = spec(
         format!("ars{}-{n}-{f}", if sign { "_sign" } else { "" }),

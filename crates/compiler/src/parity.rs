@@ -1,4 +1,4 @@
-//! Many parities of one bit vector at once: the leaves' XOR-linear bits (digest §3.5, the
+//! Many parities of one bit vector at once: the leaves' XOR-linear bits (docs/design/paper.md §3.5, the
 //! step-bits lookup) are the GF(2) product `M·s` of a public matrix `M` (a row per leaf) and
 //! a party's share vector `s` (comparison bits, or a window's equality bits). Instead of one
 //! masked fold per leaf, the product is read from tables over `s`'s chunks ("four

@@ -1,6 +1,6 @@
 //! Mask-aware rewriting: every predicate on the secret input becomes an XOR of comparison
-//! shares at public points and public bits (fusefss-paper-digest.md §3.2, Lemma 4.3;
-//! fss-building-blocks.md §6.1 rule 1).
+//! shares at public points and public bits (docs/design/paper.md §3.2, Lemma 4.3;
+//! docs/design/fss-building-blocks.md §6.1 rule 1).
 //!
 //! A [`Family`] is one comparison key per element, at the input mask's view `r_v`, queried at
 //! many public points `p`; each query yields XOR shares of `LT(p) = 1[p < r_v]` and, where
@@ -158,7 +158,7 @@ impl SplitBit {
 
 /// How full-width comparisons are answered: by one key on the whole input, or (for specs
 /// that shift by `f`) by a key on the high `n − f` bits with equality plus the `f`-bit low
-/// key the shift needs anyway (compiled-gates.md §4.1).
+/// key the shift needs anyway (docs/design/compiled-gates.md §4.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FullWidth {
     /// One `n`-bit key.
@@ -373,7 +373,7 @@ pub fn renumber(b: &LinBit, maps: &[Vec<u32>]) -> LinBit {
     LinBit { konst: b.konst, terms }
 }
 
-/// XOR-linear read-out of a step function (compiled-gates.md §2.2): for values `v_i` on the
+/// XOR-linear read-out of a step function (docs/design/compiled-gates.md §2.2): for values `v_i` on the
 /// intervals starting at `starts[i]` (unsigned `n`-bit order), bit `j` of `v(x)` is
 /// `bit_j(v_0) ⊕ ⨁_k t_k·(bit_j(v_k) ⊕ bit_j(v_{k−1}))` with thermometer bits
 /// `t_k = 1[x ≥ starts[k]] = ¬1[x < starts[k]]`. Returns one bit per `j < width`.

@@ -1,5 +1,5 @@
 //! Compilation of a spec into a [`Program`]: the public, mask-independent description of a
-//! gate that every instance reuses (fusefss-paper-digest.md §3.8, "program reuse").
+//! gate that every instance reuses (docs/design/paper.md §3.8, "program reuse").
 //!
 //! Online, per element, a program
 //! 1. evaluates the **packed comparison**: one key per family on views of `x̂` (or, with
@@ -24,7 +24,7 @@ use crate::sym::{Mono, PVar, SVar, Sym, valuation};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum CmpBackend {
     /// One early-terminated 1-bit DPF per family and element, read at every query point by
-    /// prefix parity (fss-building-blocks.md §4, §6.1).
+    /// prefix parity (docs/design/fss-building-blocks.md §4, §6.1).
     #[default]
     OneKey,
     /// One key per query at the shifted threshold `r + β`, plus XOR-shared carries
@@ -36,7 +36,7 @@ pub enum CmpBackend {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LookupBackend {
     /// Every bit of every varying coefficient read out of the thermometer code, opened
-    /// masked and converted to arithmetic (compiled-gates.md §2.2).
+    /// masked and converted to arithmetic (docs/design/compiled-gates.md §2.2).
     StepBits,
     /// The interval's class index read out of the thermometer code, opened masked, and
     /// looked up in a public table through an arithmetic DPF keyed by the mask (§2.4).
@@ -48,7 +48,7 @@ pub enum LookupBackend {
         shift: u32,
     },
     /// The paper's lookup: one DCF per interval boundary with the shifted coefficients as
-    /// hidden vector payloads, summed as suffix sums (digest §3.4).
+    /// hidden vector payloads, summed as suffix sums (docs/design/paper.md §3.4).
     Dcf,
 }
 
@@ -410,7 +410,7 @@ pub fn reduced_view_shift(spec: &OperatorSpec) -> Option<u32> {
 
 /// For a spec without shifts whose boundaries are all multiples of `2^s` (`s ≥ 1`): `s`.
 /// Its full-width comparisons can then be split into a key on the high `n − s` bits and
-/// an `s`-bit carry key, like a shift's (compiled-gates.md §4.1): a uniform table of rows
+/// an `s`-bit carry key, like a shift's (docs/design/compiled-gates.md §4.1): a uniform table of rows
 /// reads a few hundred high positions instead of a window over every low position.
 fn aligned_shift(spec: &OperatorSpec) -> Option<u32> {
     let n = spec.in_bits;
@@ -906,7 +906,7 @@ impl<'a> Lower<'a> {
         Some(g.mul(&xr).expect("dealer-known").scale(k).add(&gw.scale(k.wrapping_mul(1u64 << n))))
     }
 
-    /// `⌊X / 2^f⌋` by the fused identity (compiled-gates.md §4.1, digest §3.6).
+    /// `⌊X / 2^f⌋` by the fused identity (docs/design/compiled-gates.md §4.1, docs/design/paper.md §3.6).
     fn shr(&mut self, f: u32) -> Sym {
         let (n, l) = (self.n(), self.l());
         let m = n - f;

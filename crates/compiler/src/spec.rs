@@ -1,4 +1,4 @@
-//! Operator specifications: what a compiled gate computes (fusefss-paper-digest.md §2).
+//! Operator specifications: what a compiled gate computes (docs/design/paper.md §2).
 //!
 //! A spec is data: it reads from and writes to JSON, so that a user can define an operator
 //! without recompiling. Its meaning is [`OperatorSpec::eval`], the plaintext fixed-point

@@ -6,7 +6,7 @@
 //! (the masks `z`, the input mask `r`, Beaver masks): for example a bit `o = ô + (1 − 2ô)·z`.
 //! The dealer hands out additive shares of each secret monomial; a party then evaluates the
 //! polynomial as a public linear combination of its shares, with no interaction
-//! (compiled-gates.md §2.3 generalised). Shares that came out of an FSS evaluation
+//! (docs/design/compiled-gates.md §2.3 generalised). Shares that came out of an FSS evaluation
 //! ([`SVar::Local`]) can only enter linearly; a product that needs more goes through a
 //! Beaver round.
 //!

@@ -1,4 +1,4 @@
-//! Tensor programs over masked fixed-point wires, run by three backends (design.md §3):
+//! Tensor programs over masked fixed-point wires, run by three backends (docs/design/brief.md §3):
 //! the plaintext fixed-point reference, the dealer (key generation, node by node) and the
 //! online server (sans-IO: it only opens masked values through a [`gates::Ctx`]).
 //!

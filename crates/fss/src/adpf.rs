@@ -1,10 +1,10 @@
 //! Arithmetic DPF with early termination and vector payloads, for lookup tables over small
-//! domains (compiled-gates.md §2.4, generalised to `e` levels and `K` words).
+//! domains (docs/design/compiled-gates.md §2.4, generalised to `e` levels and `K` words).
 //!
 //! `f_{α,β}(x) = β if x = α else 0` on `d ≤ 24` input bits, with `β ∈ Z_{2^ℓ}^K`. The two
 //! keys' evaluations are additive shares of `f(x)` mod `2^ℓ`, word by word.
 //!
-//! The BGI16 tree (fss-building-blocks.md §3) has `L = d − e` levels and walks the top `L`
+//! The BGI16 tree (docs/design/fss-building-blocks.md §3) has `L = d − e` levels and walks the top `L`
 //! bits of the point, MSB first. A leaf seed `s` then covers the `2^e` points that share
 //! those bits: it is converted into `S = 2^e·K` words, word `w` being the 64-bit half
 //! `w mod 2` of block `⌊w/2⌋` of the blocks `H_2(s ⊕ j)`, `j < ⌈S/2⌉`, reduced mod `2^ℓ`

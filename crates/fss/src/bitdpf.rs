@@ -1,5 +1,5 @@
 //! The 1-bit DPF with early termination and the comparisons read from it by prefix parity
-//! (SIGMA's layout; fss-building-blocks.md §3.3 and §4).
+//! (SIGMA's layout; docs/design/fss-building-blocks.md §3.3 and §4).
 //!
 //! A key at point `α` on `n` bits gives XOR shares of `1{y = α}`, `1{y < α}` and `1{y > α}`
 //! for any public `y`, all from one walk down the tree. The tree stops `ν = 7` levels early:
@@ -10,7 +10,7 @@
 //! `n ≤ 7` the key is XOR shares of the truth table of `j ↦ 1{j = α}` (`2^n` bits).
 //!
 //! Leaf bit order: output `y` sits at bit `y mod 128` of its leaf block, counted from the
-//! least significant bit (as in `fss_reference_model.py`).
+//! least significant bit (as in `docs/design/models/fss_reference_model.py`).
 
 use crate::codec::{self, BitReader, BitWriter, Header, KeyKind};
 use crate::dpf::{MAX_FULL_DOMAIN_BITS, SCRATCH, expand_full};
@@ -415,7 +415,7 @@ impl BitDpfKeys {
     /// the same positions.
     ///
     /// With `T` points packed in a range of width `R`, a walk costs about
-    /// `(n − 7 − log2 R) + 2R/128` AES instead of `T(n − 7)` (compiled-gates.md §2.1).
+    /// `(n − 7 − log2 R) + 2R/128` AES instead of `T(n − 7)` (docs/design/compiled-gates.md §2.1).
     ///
     /// # Errors
     /// [`FssError::LengthMismatch`] if `offsets` does not partition `points` among the keys,

@@ -2,7 +2,7 @@
 //!
 //! Key material is written as a little-endian bit stream: a field of `w` bits takes exactly
 //! `w` bits, so `ℓ`-bit payload words and `n`-bit control-bit maps cost what the key-size
-//! formulas of fss-building-blocks.md §8 say. [`BitWriter`]/[`BitReader`] are public so that
+//! formulas of docs/design/fss-building-blocks.md §8 say. [`BitWriter`]/[`BitReader`] are public so that
 //! higher layers (gate keys, openings) pack their own words the same way.
 //!
 //! A batch of keys that travels alone is wrapped in an envelope:

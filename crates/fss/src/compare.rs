@@ -1,5 +1,5 @@
 //! Comparisons of a masked wire against public thresholds, all from one 1-bit DPF key at
-//! the wire's mask (fss-building-blocks.md §6.1 rule 1).
+//! the wire's mask (docs/design/fss-building-blocks.md §6.1 rule 1).
 //!
 //! With `x̂ = x + r mod 2^n` public and a key at `α = r`, for every public `c`:
 //!

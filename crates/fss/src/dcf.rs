@@ -1,4 +1,4 @@
-//! Distributed comparison function with vector payloads (BCG+21; fss-building-blocks.md §5).
+//! Distributed comparison function with vector payloads (BCG+21; docs/design/fss-building-blocks.md §5).
 //!
 //! `f^<_{α,β}(x) = β if x < α else 0` — a strict, unsigned `n`-bit comparison — with
 //! `β ∈ Z_{2^ℓ}^K`. The two keys' evaluations are additive shares of `f(x)` mod `2^ℓ`,

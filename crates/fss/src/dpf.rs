@@ -1,4 +1,4 @@
-//! Distributed point function with `ℓ`-bit output (BGI16; fss-building-blocks.md §3).
+//! Distributed point function with `ℓ`-bit output (BGI16; docs/design/fss-building-blocks.md §3).
 //!
 //! `f_{α,β}(x) = β if x = α else 0`, `α ∈ {0,1}^n`, `β ∈ Z_{2^ℓ}`. The two keys'
 //! evaluations are additive shares of `f(x)` mod `2^ℓ`.
@@ -30,7 +30,7 @@ pub enum Conversion {
     /// Bits `1..=ℓ` of the seed: uniformly random, hides every bit of `β` (the default).
     #[default]
     Shifted,
-    /// Bits `0..ℓ` of the seed, the convention of fss-building-blocks.md §2.2 and its known
+    /// Bits `0..ℓ` of the seed, the convention of docs/design/fss-building-blocks.md §2.2 and its known
     /// answers. Bit 0 is always 0, so the key reveals `β mod 2`: use only when `β` is public.
     LowBits,
 }

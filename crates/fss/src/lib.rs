@@ -8,7 +8,7 @@
 //! |---|---|
 //! | [`ring`] | `Z_{2^n}` (1 ≤ n ≤ 64) in `u64`, fixed-point encode/decode |
 //! | [`share`] | [`Party`], additive and XOR share types |
-//! | [`prg`] | fixed-key AES σ-MMO hash, batched (fss-building-blocks.md §2) |
+//! | [`prg`] | fixed-key AES σ-MMO hash, batched (docs/design/fss-building-blocks.md §2) |
 //! | [`dpf`] | BGI16 point function with `ℓ`-bit output, full-domain evaluation (§3) |
 //! | [`bitdpf`] | 1-bit DPF with early termination; `=`, `<`, `>` by prefix parity (§3.3, §4) |
 //! | [`compare`] | one key per masked wire answering many public thresholds (§6.1) |

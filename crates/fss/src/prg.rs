@@ -1,5 +1,5 @@
 //! The pseudorandom generator behind every tree: fixed-key AES in the circular
-//! correlation-robust Matyas–Meyer–Oseas form (fss-building-blocks.md §2.2).
+//! correlation-robust Matyas–Meyer–Oseas form (docs/design/fss-building-blocks.md §2.2).
 //!
 //! ```text
 //! σ(hi‖lo) = (hi ⊕ lo)‖hi
@@ -52,7 +52,7 @@ impl HashKey {
 }
 
 /// `K_j = SHA-256("fss-theory/prg/key/" ‖ j)[0..16]`, the public keys of the convention
-/// (fss-building-blocks.md §2.2); the known-answer tests pin them.
+/// (docs/design/fss-building-blocks.md §2.2); the known-answer tests pin them.
 const FIXED_KEYS: [[u8; 16]; 4] = [
     [0x4e, 0xcd, 0xc3, 0x82, 0x95, 0x66, 0x9a, 0xc1, 0xe3, 0x75, 0x2d, 0xe6, 0x80, 0xed, 0x14, 0x81],
     [0x84, 0xb6, 0xcf, 0x37, 0xaa, 0x8d, 0x0a, 0xec, 0x6f, 0x87, 0x52, 0xc9, 0x9b, 0xf3, 0x8c, 0xa9],

@@ -1,7 +1,7 @@
 //! The rings `Z_{2^n}` (1 ≤ n ≤ 64) and fixed-point numbers in them.
 //!
 //! Elements are `u64` values reduced mod `2^n`; signed values are two's complement in `n`
-//! bits (design.md §4). A [`Ring`] carries the width so that tensors of `u64` need no
+//! bits (docs/design/brief.md §4). A [`Ring`] carries the width so that tensors of `u64` need no
 //! per-element tag.
 
 use crate::error::FssError;
@@ -128,7 +128,7 @@ impl FixedPoint {
         self.frac_bits
     }
 
-    /// `⌊v·2^f + ½⌋` as a ring element (round half up, the convention of compiled-gates.md §6).
+    /// `⌊v·2^f + ½⌋` as a ring element (round half up, the convention of docs/design/compiled-gates.md §6).
     ///
     /// # Errors
     /// [`FssError::NotRepresentable`] if `v` is not finite or the result is outside the signed

@@ -2,7 +2,7 @@
 //!
 //! Every `gen` function takes the RNG explicitly (`&mut impl CryptoRng`), so tests can seed
 //! it. Production code uses [`os_rng`]: ChaCha12 seeded from the operating
-//! system's CSPRNG (design.md §4).
+//! system's CSPRNG (docs/design/brief.md §4).
 
 use rand_chacha::ChaCha12Rng;
 pub use rand_core::{CryptoRng, Rng, SeedableRng};

@@ -48,7 +48,7 @@ impl Party {
         }
     }
 
-    /// `(−1)^b · v mod 2^64`: party 1 negates additive outputs (fss-building-blocks.md §1).
+    /// `(−1)^b · v mod 2^64`: party 1 negates additive outputs (docs/design/fss-building-blocks.md §1).
     #[inline]
     pub const fn signed(self, v: u64) -> u64 {
         match self {

@@ -6,7 +6,7 @@
 //! contiguous, so a level-synchronous walk over a batch streams through memory.
 //!
 //! Seeds are 128-bit with the least significant bit cleared; the control bit travels next
-//! to the seed (fss-building-blocks.md §2.2, pitfalls 7–8). Tree level `i` consumes bit
+//! to the seed (docs/design/fss-building-blocks.md §2.2, pitfalls 7–8). Tree level `i` consumes bit
 //! `n − 1 − i` of the point (MSB first).
 
 use crate::codec::{BitReader, BitWriter};

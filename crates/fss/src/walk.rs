@@ -58,7 +58,7 @@ pub(crate) struct Walk {
     pub hi: Vec<u64>,
     /// Control bit as a mask: 0 or `u64::MAX`.
     pub t: Vec<u64>,
-    /// Prefix parity (fss-building-blocks.md §4), as masks: the XOR of `t` at every level
+    /// Prefix parity (docs/design/fss-building-blocks.md §4), as masks: the XOR of `t` at every level
     /// where the path turns, and the last direction taken. Kept by
     /// `descend_all::<true>` only.
     pub acc: Vec<u64>,

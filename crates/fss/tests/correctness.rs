@@ -454,7 +454,7 @@ fn misuse_is_a_typed_error() {
 
 #[test]
 fn key_sizes_match_the_formulas() {
-    // fss-building-blocks.md §8 and the targets.
+    // docs/design/fss-building-blocks.md §8 and the targets.
     let dcf = DcfParams::new(50, 64, 1).unwrap();
     assert_eq!(dcf.key_bits(), 128 + 50 * (128 + 64 + 2) + 64);
     assert!(dcf.key_bits().div_ceil(8) <= 1250);

@@ -1,5 +1,5 @@
-//! Known answers of fss-building-blocks.md §2.2 (`fss-kat.txt`, produced by
-//! `fss_reference_model.py`): the PRG, and DPF and DCF keys and outputs for fixed roots,
+//! Known answers of docs/design/fss-building-blocks.md §2.2 (`fss-kat.txt`, produced by
+//! `docs/design/models/fss_reference_model.py`): the PRG, and DPF and DCF keys and outputs for fixed roots,
 //! reproduced bit for bit.
 
 use fss::codec::{BitReader, BitWriter};

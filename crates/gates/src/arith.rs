@@ -1,4 +1,4 @@
-//! Products of masked wires (fss-building-blocks.md §6.0): elementwise multiplication,
+//! Products of masked wires (docs/design/fss-building-blocks.md §6.0): elementwise multiplication,
 //! square, and the masked × masked matrix product used by attention. One round each, the
 //! output opened in the input ring. Products with *public* weights need no gate: `x̂·W`
 //! is the masked value of `x·W` under the mask `r·W` (see [`public_matmul_mask`]).

@@ -1,4 +1,4 @@
-//! Comparisons (SIGMA; fss-building-blocks.md §6.2–6.3): DReLU, ReLU, interval tests and the
+//! Comparisons (SIGMA; docs/design/fss-building-blocks.md §6.2–6.3): DReLU, ReLU, interval tests and the
 //! row-max tree. The comparison keys are the early-terminated 1-bit DPF of `fss::bitdpf`,
 //! except the one-round ReLU ([`ReluDcf`]), whose sign comes from a DCF.
 

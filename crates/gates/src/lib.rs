@@ -1,5 +1,5 @@
 //! Masked-wire gates: the SIGMA-style baseline protocols and the sub-protocols the FuseFSS
-//! compiler reuses (design.md §3, §6).
+//! compiler reuses (docs/design/brief.md §3, §6).
 //!
 //! Every wire carries a secret value `x` and a dealer-chosen one-time mask `r`; the servers
 //! hold the public masked value `x̂ = x + r mod 2^n`. A gate ([`Gate`]) is a params type, a

@@ -1,4 +1,4 @@
-//! Table lookup by a full-domain 1-bit DPF (SIGMA; fss-building-blocks.md §6.7), with the
+//! Table lookup by a full-domain 1-bit DPF (SIGMA; docs/design/fss-building-blocks.md §6.7), with the
 //! sign fix.
 //!
 //! The key is a 1-bit DPF at the mask `r`. Each party expands it over the whole domain

@@ -25,7 +25,7 @@ use fss::ring::mask;
 
 use crate::error::GateError;
 
-/// Communication counted by one party (design.md §4 conventions).
+/// Communication counted by one party (docs/design/brief.md §4 conventions).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Sequential message exchanges.

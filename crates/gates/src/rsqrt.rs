@@ -2,8 +2,9 @@
 //!
 //! `F2BF16` turns a non-negative `x < 2^{n−1}` into a 13-bit pseudo-float index
 //! `64·m7 + k`: `k = ⌊log2 x⌋` and the normaliser `m = 2^{n−1−k}` come from one DCF at the
-//! mask read at `x̂ − 2^i` for every `i` (`λ_i = 1{x < 2^i}`, §6.1 rule 1); `p = x·m` puts
-//! the leading one at bit `n − 1`; `m7` are the next 7 bits (floor). The table holds
+//! mask read at `x̂ − 2^i` for every `i` (`λ_i = 1{x < 2^i}`,
+//! docs/design/fss-building-blocks.md §6.1 rule 1); `p = x·m` puts the leading one at bit
+//! `n − 1`; `m7` are the next 7 bits (floor). The table holds
 //! `⌊2^{2s} / sqrt(val / d)⌋`, `val = (128 + m7)·2^{k−7}`, so that a sum of squares at scale
 //! `2s` over a row of `d` gives `1/σ` at scale `s`. Rounds: 1 (k, m) + 1 (product) + 1
 //! (index) + 2 (table) = **5**.

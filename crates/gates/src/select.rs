@@ -1,5 +1,5 @@
 //! A masked bit times a masked ring element, and bit-to-arithmetic conversion
-//! (fss-building-blocks.md §6.6).
+//! (docs/design/fss-building-blocks.md §6.6).
 //!
 //! With `b = b̂ ⊕ r_b = b̂ + r_b − 2·b̂·r_b` and `y = ŷ − r_y`:
 //!

@@ -1,4 +1,4 @@
-//! Shifts (SIGMA; fss-building-blocks.md §6.5): truncate-reduce, truncate-with-slack (SIGMA's
+//! Shifts (SIGMA; docs/design/fss-building-blocks.md §6.5): truncate-reduce, truncate-with-slack (SIGMA's
 //! default ARS), sign and zero extension, and the exact ARS and LRS built from them.
 //!
 //! Each is "one comparison bit, opened masked, then a correction picked by it": the bit

@@ -1,5 +1,5 @@
 //! BERT and GPT-2 on the plaintext side: configurations, `f64` weights (seeded random or from
-//! Hugging Face safetensors), tokenizers and an `f64` reference forward pass (design.md §3, §8).
+//! Hugging Face safetensors), tokenizers and an `f64` reference forward pass (docs/design/brief.md §3, §8).
 //!
 //! | module | what |
 //! |---|---|

@@ -35,7 +35,7 @@ pub enum ModelName {
 /// sized in ulps at f = 12; at f = 9 the decode steps agreed with the f64 model on half the
 /// steps only). n = 56 because of the attention sink at position 0: a residual of ~2.5e4 in
 /// one channel, a mean square of ~1.1e6 over 576 channels
-/// (`results/smollm2-activation-stats.json`), so RMSNorm's sum of squares at scale `2f` is
+/// (`results/data/smollm2-activation-stats.json`), so RMSNorm's sum of squares at scale `2f` is
 /// `6.3e8 · 2^{24} ≈ 2^{53.2}`, which a truncation with slack needs below `2^{n−2}`; at
 /// n = 50 it wraps (the secure result then differs from the reference).
 pub const SMOLLM2_FIXED: Fixed = Fixed { n: 56, f: 12 };

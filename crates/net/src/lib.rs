@@ -1,4 +1,4 @@
-//! Transports between the parties (design.md §3, §7): the [`Transport`] trait, an in-memory
+//! Transports between the parties (docs/design/brief.md §3, §7): the [`Transport`] trait, an in-memory
 //! pair ([`mem`]), TCP and TLS connections ([`conn`], [`tls`]) with a writer thread so that
 //! sending never blocks the protocol, a simulated network ([`NetSim`]) for benchmarks, and
 //! byte and message counters.

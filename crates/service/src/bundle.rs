@@ -1,4 +1,4 @@
-//! Key bundles on disk (design.md §7): one party's keys for one query, written by the dealer
+//! Key bundles on disk (docs/design/brief.md §7): one party's keys for one query, written by the dealer
 //! as they are made and read by a server as the program runs, so that a bundle may be larger
 //! than memory. [`crate::store::Store`] makes every bundle single-use across crashes.
 //!
