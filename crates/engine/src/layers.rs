@@ -170,8 +170,11 @@ where
 }
 
 /// Truncations of at most this many elements take the one-round shift in the FuseFSS
-/// implementation (about 150 bytes more key per element at `n = 37`).
-pub const ONE_ROUND_TRUNC_MAX: usize = 4096;
+/// implementation: its DCF carry costs about 2.3× the two-round key (311 against 134 B per
+/// element at `n = 56`), which matters little for pooling and a decode step's small
+/// tensors, but does for a decode step's MLP (3,072 and 1,536 elements in SmolLM2, whose
+/// one-round truncations were a sixth of its key per token).
+pub const ONE_ROUND_TRUNC_MAX: usize = 1024;
 
 /// The gate of every gate node of `g` for `imp` (`None` for local nodes).
 ///
