@@ -150,10 +150,11 @@ impl Keys {
         let mut w1 = BundleWriter::create_in(&dirs[1], n, &header(Party::P1))?;
         let reports = session::deal(&m.fx, imp, shape, &mut dealer, [&mut w0, &mut w1], |_, _| {})?;
         let paths = [w0.finish()?, w1.finish()?];
-        let readers = [
+        let mut readers = [
             BundleReader::open_sections(&paths[0], n, sections, &fp, Party::P0)?,
             BundleReader::open_sections(&paths[1], n, sections, &fp, Party::P1)?,
         ];
+        readers.iter_mut().for_each(BundleReader::read_ahead);
         Ok(Keys::Disk { readers, paths, reports })
     }
 

@@ -104,18 +104,20 @@ pub fn run_threads(
     keys: [PartyKeys; 2],
     inputs: [Vec<u64>; 2],
 ) -> Result<[PartyRun; 2], EngineError> {
-    run_threads_step(g, gates, keys, inputs, [&[], &[]])
+    let [mut k0, mut k1] = keys;
+    run_threads_step(g, gates, [&mut k0, &mut k1], inputs, [&[], &[]])
 }
 
-/// One program of a session on two threads: as [`run_threads`], each server with the
-/// masked values it carried over from the previous program.
+/// One program of a session on two threads: as [`run_threads`], with keys from any source
+/// (memory, or bundles on disk), each server with the masked values it carried over from
+/// the previous program.
 ///
 /// # Errors
 /// As [`run_threads`].
 pub fn run_threads_step(
     g: &Graph,
     gates: &[Option<Box<dyn DynGate>>],
-    keys: [PartyKeys; 2],
+    keys: [&mut (dyn KeySource + Send); 2],
     inputs: [Vec<u64>; 2],
     carried: [&[Vec<u64>]; 2],
 ) -> Result<[PartyRun; 2], EngineError> {
@@ -128,8 +130,7 @@ pub fn run_threads_step(
             rx.recv().map_err(|_| GateError::Desync("the peer stopped"))
         }
     };
-    let [mut k0, mut k1] = keys;
-    run_pair(g, gates, [&mut k0, &mut k1], inputs, carried, [link(tx0, rx0), link(tx1, rx1)])
+    run_pair(g, gates, keys, inputs, carried, [link(tx0, rx0), link(tx1, rx1)])
 }
 
 /// The one two-server runner: both servers' online phases of one program on two threads,

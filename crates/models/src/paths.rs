@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 pub const MODELS_ENV: &str = "FUSEFSS_MODELS";
 
 /// The models folder: `$FUSEFSS_MODELS` if set and non-empty; else the first `models/` folder
-/// holding `minilm/` or `gpt2/` found in the current directory or one of its ancestors (so
+/// holding `minilm/`, `gpt2/` or `smollm2/` found in the current directory or one of its ancestors (so
 /// tests running in `crates/models` find the repository's); else `./models`.
 pub fn models_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os(MODELS_ENV).filter(|d| !d.is_empty()) {
@@ -19,9 +19,12 @@ pub fn models_dir() -> PathBuf {
     find_models_dir(&cwd).unwrap_or_else(|| cwd.join("models"))
 }
 
-/// The first `a/models` with a `minilm` or `gpt2` subfolder, for `a` from `start` upwards.
+/// The first `a/models` with a `minilm`, `gpt2` or `smollm2` subfolder, for `a` from `start` upwards.
 fn find_models_dir(start: &Path) -> Option<PathBuf> {
-    start.ancestors().map(|a| a.join("models")).find(|m| m.join("minilm").is_dir() || m.join("gpt2").is_dir())
+    start
+        .ancestors()
+        .map(|a| a.join("models"))
+        .find(|m| ["minilm", "gpt2", "smollm2"].iter().any(|d| m.join(d).is_dir()))
 }
 
 /// all-MiniLM-L6-v2's folder (`model.safetensors`, `config.json`, `tokenizer.json`).

@@ -40,7 +40,9 @@ fn generation_over_a_shared_kv_cache_is_exact() {
             let x = fx.input(&new);
             let (want, next_plain) = plain_step(&g, &gates, &x, &plain_cache).unwrap();
             let (x0, x1) = share_input(&x, g.n, &mut rng);
-            let [r0, r1] = run_threads_step(&g, &gates, dealt.keys, [x0, x1], [&held[0], &held[1]]).unwrap();
+            let [mut k0, mut k1] = dealt.keys;
+            let [r0, r1] =
+                run_threads_step(&g, &gates, [&mut k0, &mut k1], [x0, x1], [&held[0], &held[1]]).unwrap();
             let logits = reconstruct(&r0.output, &r1.output, g.n);
             assert_eq!(logits, want, "{imp:?} step {step}");
             // The servers' cache is masked: its values differ from the plaintext ones but

@@ -483,13 +483,74 @@ impl KeySink for BundleWriter {
     }
 }
 
-/// Reads one party's bundle section by section as the online phase asks for keys.
+/// Reads one party's bundle section by section as the online phase asks for keys; with
+/// [`BundleReader::read_ahead`], a thread reads and checks the next sections while the
+/// online phase computes.
 pub struct BundleReader {
-    input: BufReader<File>,
+    input: Input,
     path: PathBuf,
     header: BundleHeader,
     n: u32,
     read: u32,
+}
+
+/// Sections a reader reads ahead of the online phase at most ([`BundleReader::read_ahead`]).
+const READ_AHEAD: usize = 2;
+
+/// A section as read from the file: its kind, node and body, its checksum checked.
+struct RawSection {
+    kind: u8,
+    node: u32,
+    body: Vec<u8>,
+}
+
+/// Where a reader's sections come from.
+enum Input {
+    /// Read from the file as asked.
+    Direct(BufReader<File>),
+    /// Read by a thread ahead of time, in order; `None` once the end marker is checked.
+    Ahead(std::sync::mpsc::Receiver<Result<Option<RawSection>, BundleError>>),
+}
+
+/// The next section of `input` (`remaining` of the header's count left), or `None` after
+/// the last one once the end marker and the end of the file are checked.
+fn next_raw(
+    input: &mut BufReader<File>,
+    path: &Path,
+    remaining: u32,
+) -> Result<Option<RawSection>, BundleError> {
+    if remaining == 0 {
+        let mut end = [0u8; 8];
+        read_exact(input, &mut end, path, "the end marker")?;
+        let mut extra = [0u8; 1];
+        let trailing = input.read(&mut extra).map_err(io_err(path))?;
+        if &end != END || trailing != 0 {
+            return Err(corrupted(path, "bad end of bundle"));
+        }
+        return Ok(None);
+    }
+    let mut head = [0u8; 13];
+    read_exact(input, &mut head, path, "a section header")?;
+    let len = u64::from_le_bytes(head[5..13].try_into().expect("8 bytes"));
+    let (kind, node) = (head[0], u32::from_le_bytes(head[1..5].try_into().expect("4 bytes")));
+    if len > MAX_SECTION {
+        return Err(corrupted(path, format!("a section of {len} bytes (node {node})")));
+    }
+    // Read in pieces so that a damaged length cannot allocate more than the file holds.
+    let mut body = Vec::new();
+    let got = input.take(len).read_to_end(&mut body).map_err(io_err(path))?;
+    if got as u64 != len {
+        return Err(corrupted(path, format!("truncated in the section of node {node}")));
+    }
+    let mut crc_bytes = [0u8; 4];
+    read_exact(input, &mut crc_bytes, path, "a section checksum")?;
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&head);
+    crc.update(&body);
+    if crc.finalize() != u32::from_le_bytes(crc_bytes) {
+        return Err(corrupted(path, format!("checksum mismatch in the section of node {node}")));
+    }
+    Ok(Some(RawSection { kind, node, body }))
 }
 
 impl fmt::Debug for BundleReader {
@@ -605,7 +666,43 @@ impl BundleReader {
                 format!("{} sections where the program has {sections}", header.sections),
             ));
         }
-        Ok(BundleReader { input, path: path.to_path_buf(), header, n, read: 0 })
+        Ok(BundleReader { input: Input::Direct(input), path: path.to_path_buf(), header, n, read: 0 })
+    }
+
+    /// Read the bundle on a thread of its own, a few sections ahead of the online phase
+    /// (at most [`READ_AHEAD`] in memory), so that reading and checking the keys overlaps
+    /// the computation and the waits for the other server instead of adding to them. The
+    /// keys are still decoded, used and wiped one by one by the online phase.
+    pub fn read_ahead(&mut self) {
+        let placeholder = Input::Ahead(std::sync::mpsc::sync_channel(0).1);
+        let Input::Direct(mut input) = std::mem::replace(&mut self.input, placeholder) else {
+            return;
+        };
+        let (tx, rx) = std::sync::mpsc::sync_channel(READ_AHEAD);
+        let (path, mut remaining) = (self.path.clone(), self.header.sections - self.read);
+        std::thread::spawn(move || {
+            loop {
+                let r = next_raw(&mut input, &path, remaining);
+                let last = !matches!(r, Ok(Some(_)));
+                // A closed channel: the online phase stopped early; stop reading.
+                if tx.send(r).is_err() || last {
+                    return;
+                }
+                remaining -= 1;
+            }
+        });
+        self.input = Input::Ahead(rx);
+    }
+
+    /// The next section, or `None` at the checked end.
+    fn next(&mut self) -> Result<Option<RawSection>, BundleError> {
+        let remaining = self.header.sections - self.read;
+        match &mut self.input {
+            Input::Direct(input) => next_raw(input, &self.path, remaining),
+            Input::Ahead(rx) => {
+                rx.recv().unwrap_or_else(|_| Err(corrupted(&self.path, "the reading thread stopped")))
+            }
+        }
     }
 
     /// The bundle's header.
@@ -614,33 +711,25 @@ impl BundleReader {
     }
 
     fn section(&mut self, kind: u8, node: u32) -> Result<Vec<u8>, BundleError> {
-        let path = self.path.clone();
-        let mut head = [0u8; 13];
-        read_exact(&mut self.input, &mut head, &path, "a section header")?;
-        let len = u64::from_le_bytes(head[5..13].try_into().expect("8 bytes"));
-        let (k, nd) = (head[0], u32::from_le_bytes(head[1..5].try_into().expect("4 bytes")));
-        if k != kind || nd != node || len > MAX_SECTION {
+        let s = match self.next()? {
+            Some(s) => s,
+            None => {
+                return Err(corrupted(&self.path, format!("no section for node {node}: the bundle ends")));
+            }
+        };
+        if s.kind != kind || s.node != node {
             return Err(corrupted(
-                &path,
-                format!("expected section ({kind}, node {node}), found ({k}, node {nd}, {len} bytes)"),
+                &self.path,
+                format!(
+                    "expected section ({kind}, node {node}), found ({}, node {}, {} bytes)",
+                    s.kind,
+                    s.node,
+                    s.body.len()
+                ),
             ));
         }
-        // Read in pieces so that a damaged length cannot allocate more than the file holds.
-        let mut body = Vec::new();
-        let got = (&mut self.input).take(len).read_to_end(&mut body).map_err(io_err(&path))?;
-        if got as u64 != len {
-            return Err(corrupted(&path, format!("truncated in the section of node {node}")));
-        }
-        let mut crc_bytes = [0u8; 4];
-        read_exact(&mut self.input, &mut crc_bytes, &path, "a section checksum")?;
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&head);
-        crc.update(&body);
-        if crc.finalize() != u32::from_le_bytes(crc_bytes) {
-            return Err(corrupted(&path, format!("checksum mismatch in the section of node {node}")));
-        }
         self.read += 1;
-        Ok(body)
+        Ok(s.body)
     }
 
     fn mask(&mut self, kind: u8) -> Result<Vec<u64>, BundleError> {
@@ -683,13 +772,9 @@ impl KeySource for BundleReader {
             // A session: the next step's sections follow.
             return Ok(m);
         }
-        let mut end = [0u8; 8];
-        read_exact(&mut self.input, &mut end, &self.path, "the end marker")?;
-        let mut extra = [0u8; 1];
-        let trailing = self.input.read(&mut extra).map_err(io_err(&self.path))?;
-        if &end != END || trailing != 0 || self.read != self.header.sections {
-            return Err(corrupted(&self.path, "bad end of bundle").into());
+        match self.next()? {
+            None => Ok(m),
+            Some(_) => Err(corrupted(&self.path, "bad end of bundle").into()),
         }
-        Ok(m)
     }
 }

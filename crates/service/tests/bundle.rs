@@ -93,6 +93,8 @@ fn a_bundle_from_disk_gives_the_exact_result() {
         let [p0, p1] = write(&d, &g, imp, id(i as u32), &mut r);
         let mut k0 = open(&p0, &g, imp, Party::P0).unwrap();
         let mut k1 = open(&p1, &g, imp, Party::P1).unwrap();
+        // One party reads ahead on a thread, the other as it goes: the same keys.
+        k1.read_ahead();
         assert_eq!(k0.header().descriptor, "test layer");
         let [y0, y1] = run(&g, imp, [&mut k0, &mut k1], &x, &mut r);
         let want = plain(&g, &build(&g, imp).unwrap(), &x);
@@ -135,7 +137,7 @@ fn damaged_and_foreign_bundles_are_refused() {
 
     // A flipped byte in a key section, and a truncated file: the run fails with a key error
     // on that party (and the other sees its peer go), never a wrong answer.
-    for damage in [0usize, 1] {
+    for (damage, ahead) in [(0usize, false), (1, false), (0, true), (1, true)] {
         let mut b = bytes.clone();
         if damage == 0 {
             let at = b.len() / 2;
@@ -146,6 +148,9 @@ fn damaged_and_foreign_bundles_are_refused() {
         std::fs::write(&bad, &b).unwrap();
         let mut k0 = open(&p0, &g, Impl::Fusefss, Party::P0).unwrap();
         let mut k1 = open(&bad, &g, Impl::Fusefss, Party::P1).unwrap();
+        if ahead {
+            k1.read_ahead();
+        }
         let [y0, y1] = run(&g, Impl::Fusefss, [&mut k0, &mut k1], &x, &mut r);
         let e1 = y1.unwrap_err();
         assert!(matches!(e1, GateError::Keys(_)), "{e1}");
@@ -238,6 +243,54 @@ fn a_store_is_served_by_one_process_for_one_party() {
         assert_eq!(mode(&p0), 0o700);
         assert_eq!(mode(&p0.join(id(0).file_name())), 0o600);
         assert_eq!(mode(&p0.join("consumed.log")), 0o600);
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_session_bundle_runs_step_by_step() {
+    use service::session::{self, SessionShape};
+    let d = tmp("session");
+    let mut r = DealerRng::seed_from_u64(6);
+    let loaded = models::registry::load(ModelName::LlamaTiny, None).unwrap();
+    let m = loaded.llama().unwrap();
+    let shape = SessionShape { prompt_len: 3, new_tokens: 3 };
+    let tokens = [[5u32, 77, 300].as_slice(), &[12], &[499]];
+    for imp in [Impl::Fusefss, Impl::Sigma] {
+        let (fp, sections) = session::identity(&m.fx, imp, shape, &mut Default::default()).unwrap();
+        let header = |party| BundleHeader {
+            party,
+            id: id(imp as u32 + 10),
+            fingerprint: fp,
+            descriptor: "a session".into(),
+            sections: sections as u32,
+        };
+        let mut w0 = BundleWriter::create_in(&d.join("p0"), 50, &header(Party::P0)).unwrap();
+        let mut w1 = BundleWriter::create_in(&d.join("p1"), 50, &header(Party::P1)).unwrap();
+        let reports = session::deal(&m.fx, imp, shape, &mut r, [&mut w0, &mut w1], |_, _| {}).unwrap();
+        assert_eq!(reports.len(), 3);
+        let (p0, p1) = (w0.finish().unwrap(), w1.finish().unwrap());
+        let mut k0 = BundleReader::open_sections(&p0, 50, sections, &fp, Party::P0).unwrap();
+        let mut k1 = BundleReader::open_sections(&p1, 50, sections, &fp, Party::P1).unwrap();
+        k0.read_ahead();
+        // A session's bundle is not a single program's.
+        let (g0, _) = session::step_program(&m.fx, imp, shape, 0).unwrap();
+        assert!(BundleReader::open(&p1, &g0, &fp, Party::P1).is_err());
+        let (mut held, mut plain_cache): ([Vec<Vec<u64>>; 2], Vec<Vec<u64>>) = ([vec![], vec![]], vec![]);
+        for (t, ids) in tokens.iter().enumerate() {
+            let (g, gates) = session::step_program(&m.fx, imp, shape, t).unwrap();
+            let x = m.fx.input(ids);
+            let (want, next) = engine::plain_step(&g, &gates, &x, &plain_cache).unwrap();
+            let (x0, x1) = share_input(&x, g.n, &mut r);
+            let [y0, y1] =
+                engine::run_threads_step(&g, &gates, [&mut k0, &mut k1], [x0, x1], [&held[0], &held[1]])
+                    .unwrap();
+            assert_eq!(reconstruct(&y0.output, &y1.output, g.n), want, "{imp:?} step {t}");
+            held = [y0.carried, y1.carried];
+            plain_cache = next;
+        }
+        // Every section was read, and the end checked: nothing is left to use.
+        assert!(k0.input_mask().is_err() && k1.input_mask().is_err());
     }
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -57,6 +57,10 @@ pub struct QueryArgs {
     /// Nucleus sampling mass.
     #[arg(long, default_value_t = 1.0)]
     top_p: f64,
+    /// Run all --max-new-tokens steps even after the end of turn (their tokens discarded),
+    /// so that the servers do not learn the answer's length.
+    #[arg(long, requires = "generate")]
+    hide_length: bool,
     /// Use only the first L layers (as the dealer did).
     #[arg(long)]
     layers: Option<usize>,
@@ -337,6 +341,8 @@ fn generate(a: &QueryArgs) -> anyhow::Result<()> {
     if !a.json {
         println!("{} generating from a prompt of {} tokens:", a.model, prompt.len());
     }
+    // With --hide-length, the steps after the end of turn still run, on dummy tokens.
+    let mut ended = false;
     for step in 0..a.max_new_tokens {
         let mut got = false;
         for (party, c) in conns.iter_mut().enumerate() {
@@ -350,7 +356,7 @@ fn generate(a: &QueryArgs) -> anyhow::Result<()> {
         let [a0, a1] = &reply.answers;
         bundle = a0.bundle.clone();
         let logits: Vec<f64> = reply.output.iter().map(|&v| dequantize(v, 2 * f, n)).collect();
-        let token = sampling.pick(&logits, &mut rng);
+        let token = if ended { m.eos.unwrap_or(0) } else { sampling.pick(&logits, &mut rng) };
         let matches = if a.check {
             let (g, gates) = service::session::step_program(&m.fx, reply.descriptor.imp, shape_s, step)?;
             let (want, cache) = engine::plain_step(&g, &gates, &m.fx.input(&next), &plain_cache)?;
@@ -360,7 +366,7 @@ fn generate(a: &QueryArgs) -> anyhow::Result<()> {
             None
         };
         desc = Some(reply.descriptor);
-        if !a.json {
+        if !a.json && !ended {
             println!(
                 "  {} token {:>5} {:<14} online {:>7.1} ms, {:>4} rounds{}",
                 if step == 0 { "prefill" } else { "step   " },
@@ -383,8 +389,11 @@ fn generate(a: &QueryArgs) -> anyhow::Result<()> {
             comm_bytes: a0.comm_bytes.max(a1.comm_bytes),
             matches_plaintext: matches,
         });
-        tokens.push(token);
-        let last = step + 1 == a.max_new_tokens || Some(token) == m.eos;
+        if !ended {
+            tokens.push(token);
+        }
+        ended |= Some(token) == m.eos;
+        let last = step + 1 == a.max_new_tokens || (ended && !a.hide_length);
         if last {
             for c in &mut conns {
                 let _ = c.send(&Msg::Stop.encode());

@@ -599,6 +599,7 @@ impl Server {
 
     /// Run the online phase of a begun query and send its client the answer or the error.
     fn run_and_answer(&mut self, prog: &Program, keys: &mut BundleReader, mut h: Half<Conn>, id: BundleId) {
+        keys.read_ahead();
         if prog.desc.new.is_some() {
             return self.run_session(prog, keys, h, id);
         }
