@@ -39,6 +39,26 @@ impl BertConfig {
         }
     }
 
+    /// BERT-base: 12 layers, hidden 768, 12 heads, FFN 3072, vocabulary 30522 (the paper's
+    /// BERT-base).
+    pub fn bert_base() -> Self {
+        BertConfig {
+            vocab: 30522,
+            hidden: 768,
+            layers: 12,
+            heads: 12,
+            ffn: 3072,
+            max_positions: 512,
+            type_vocab: 2,
+            ln_eps: 1e-12,
+        }
+    }
+
+    /// BERT-large: 24 layers, hidden 1024, 16 heads, FFN 4096, vocabulary 30522.
+    pub fn bert_large() -> Self {
+        BertConfig { hidden: 1024, layers: 24, heads: 16, ffn: 4096, ..BertConfig::bert_base() }
+    }
+
     /// all-MiniLM-L6-v2: 6 layers, hidden 384, 12 heads of 32, FFN 1536, vocabulary 30522.
     pub fn minilm() -> Self {
         BertConfig {

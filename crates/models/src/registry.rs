@@ -19,6 +19,10 @@ pub enum ModelName {
     /// BERT-tiny shapes (2 layers, hidden 128, 2 heads, FFN 512) with seeded random weights;
     /// n = 37.
     BertTiny,
+    /// BERT-base shapes (12 layers, hidden 768) with seeded random weights; n = 50.
+    BertBase,
+    /// BERT-large shapes (24 layers, hidden 1024) with seeded random weights; n = 50.
+    BertLarge,
     /// GPT-2 124M shapes with seeded random weights; n = 50.
     Gpt2,
     /// all-MiniLM-L6-v2, real weights (`scripts/fetch-models.sh`); n = 50.
@@ -45,13 +49,22 @@ const SMOLLM2_SYSTEM: &str = "You are a helpful AI assistant named SmolLM, train
 
 impl ModelName {
     /// Every known model.
-    pub const ALL: [ModelName; 5] =
-        [ModelName::BertTiny, ModelName::Gpt2, ModelName::Minilm, ModelName::LlamaTiny, ModelName::Smollm2];
+    pub const ALL: [ModelName; 7] = [
+        ModelName::BertTiny,
+        ModelName::BertBase,
+        ModelName::BertLarge,
+        ModelName::Gpt2,
+        ModelName::Minilm,
+        ModelName::LlamaTiny,
+        ModelName::Smollm2,
+    ];
 
     /// The name used on the command line and in bundles.
     pub fn name(self) -> &'static str {
         match self {
             ModelName::BertTiny => "bert-tiny",
+            ModelName::BertBase => "bert-base",
+            ModelName::BertLarge => "bert-large",
             ModelName::Gpt2 => "gpt2",
             ModelName::Minilm => "minilm",
             ModelName::LlamaTiny => "llama-tiny",
@@ -68,6 +81,8 @@ impl ModelName {
     pub fn about(self) -> &'static str {
         match self {
             ModelName::BertTiny => "BERT-tiny shapes, seeded random weights (no download)",
+            ModelName::BertBase => "BERT-base shapes, seeded random weights (no download)",
+            ModelName::BertLarge => "BERT-large shapes, seeded random weights (no download)",
             ModelName::Gpt2 => "GPT-2 124M shapes, seeded random weights (no download)",
             ModelName::Minilm => "all-MiniLM-L6-v2, real weights (scripts/fetch-models.sh)",
             ModelName::LlamaTiny => "Llama shapes, seeded random weights (no download)",
@@ -84,7 +99,7 @@ impl fmt::Display for ModelName {
 
 /// A name that is not a known model.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown model {0:?} (known: bert-tiny, gpt2, minilm, llama-tiny, smollm2)")]
+#[error("unknown model {0:?} (known: bert-tiny, bert-base, bert-large, gpt2, minilm, llama-tiny, smollm2)")]
 pub struct UnknownModel(pub String);
 
 impl FromStr for ModelName {
@@ -208,6 +223,17 @@ pub fn load(model: ModelName, layers: Option<usize>) -> Result<Loaded> {
             let t = BuiltinTokenizer::new(w.config.vocab)?;
             Loaded::Bert(Box::new(w), Fixed { n: 37, f }, Tok::Builtin(t))
         }
+        ModelName::BertBase | ModelName::BertLarge => {
+            let c =
+                if model == ModelName::BertBase { BertConfig::bert_base() } else { BertConfig::bert_large() };
+            let c = match layers {
+                Some(l) => c.with_layers(l),
+                None => c,
+            };
+            let w = BertWeights::random(c, SEED)?;
+            let t = BuiltinTokenizer::new(w.config.vocab)?;
+            Loaded::Bert(Box::new(w), Fixed { n: 50, f }, Tok::Builtin(t))
+        }
         ModelName::Gpt2 => {
             let mut c = Gpt2Config::gpt2();
             if let Some(l) = layers {
@@ -264,6 +290,70 @@ pub fn load(model: ModelName, layers: Option<usize>) -> Result<Loaded> {
             Loaded::Llama(Box::new(Llama { w, fx, tok: Tok::WordPiece(Box::new(t)), eos, chat: true }))
         }
     })
+}
+
+/// The architectures a model folder may hold ([`load_dir`]).
+pub const FOLDER_ARCHITECTURES: [&str; 3] = ["BertModel", "GPT2LMHeadModel", "LlamaForCausalLM"];
+
+/// Load a Hugging Face-style model folder: `config.json` (its `architectures` — or
+/// `model_type` — names a `BertModel`, `GPT2LMHeadModel` or `LlamaForCausalLM`),
+/// `model.safetensors` and `tokenizer.json`, with at most `layers` layers. BERT and GPT-2
+/// run at n = 50, Llama at n = 56 (an attention sink's RMSNorm needs the room, see
+/// [`SMOLLM2_FIXED`]), all at f = 12.
+///
+/// # Errors
+/// [`ModelError::MissingFile`] naming the first missing file, [`ModelError::InvalidConfig`]
+/// for an architecture fusefss does not run (naming the supported ones), or the loaders'
+/// errors.
+pub fn load_dir(dir: &std::path::Path, layers: Option<usize>) -> Result<Loaded> {
+    for file in [load::CONFIG_FILE, load::WEIGHTS_FILE, "tokenizer.json"] {
+        if !dir.join(file).is_file() {
+            return Err(ModelError::MissingFile { path: dir.join(file) });
+        }
+    }
+    let config_path = dir.join(load::CONFIG_FILE);
+    let text = std::fs::read_to_string(&config_path)
+        .map_err(|e| ModelError::InvalidConfig(format!("{}: {e}", config_path.display())))?;
+    let json: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| ModelError::InvalidConfig(format!("{}: {e}", config_path.display())))?;
+    let archs: Vec<String> = json["architectures"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+        .unwrap_or_default();
+    let model_type = json["model_type"].as_str().unwrap_or_default();
+    let is = |arch: &str, ty: &str| archs.iter().any(|a| a == arch) || (archs.is_empty() && model_type == ty);
+    let tok = || -> Result<Tok> { Ok(Tok::WordPiece(Box::new(HfTokenizer::from_dir(dir)?))) };
+    let f = 12;
+    if is("BertModel", "bert") {
+        let mut w = BertWeights::from_safetensors(dir)?;
+        if let Some(l) = layers {
+            w.layers.truncate(l);
+            w.config = w.config.with_layers(w.layers.len());
+        }
+        Ok(Loaded::Bert(Box::new(w), Fixed { n: 50, f }, tok()?))
+    } else if is("GPT2LMHeadModel", "gpt2") {
+        let mut w = Gpt2Weights::from_safetensors(dir)?;
+        if let Some(l) = layers {
+            w.layers.truncate(l);
+            w.config = w.config.with_layers(w.layers.len());
+        }
+        Ok(Loaded::Gpt2(Box::new(w), Fixed { n: 50, f }, tok()?))
+    } else if is("LlamaForCausalLM", "llama") {
+        let mut w = LlamaWeights::from_safetensors(dir)?;
+        w.keep_layers(layers);
+        let fx = LlamaFixed::new(&w, Fixed { n: 56, f });
+        let t = HfTokenizer::from_dir(dir)?;
+        let eos = t.token_id("<|im_end|>").or_else(|| t.token_id("</s>"));
+        let chat = t.token_id("<|im_start|>").is_some();
+        Ok(Loaded::Llama(Box::new(Llama { w, fx, tok: Tok::WordPiece(Box::new(t)), eos, chat })))
+    } else {
+        let found = if archs.is_empty() { format!("model_type {model_type:?}") } else { archs.join(", ") };
+        Err(ModelError::InvalidConfig(format!(
+            "{}: architecture {found} is not supported (fusefss runs {})",
+            config_path.display(),
+            FOLDER_ARCHITECTURES.join(", ")
+        )))
+    }
 }
 
 impl Loaded {

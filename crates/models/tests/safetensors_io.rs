@@ -330,3 +330,39 @@ fn gpt2_round_trip() {
     assert!(matches!(Gpt2Weights::from_safetensors(&dir), Err(ModelError::TensorShape { .. })));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A WordLevel `tokenizer.json` over a few words.
+const TINY_TOKENIZER: &str = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],
+"normalizer":null,"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,
+"model":{"type":"WordLevel","vocab":{"[UNK]":0,"hello":1,"private":2,"world":3},"unk_token":"[UNK]"}}"#;
+
+#[test]
+fn a_model_folder_loads_by_its_architecture_or_says_what_is_wrong() {
+    use models::registry::{Loaded, load_dir};
+    let w = tiny_bert();
+    let dir = scratch("folder");
+    write(&dir.join("model.safetensors"), &bert_hf(&w, "bert."));
+    // Missing files are named, one at a time.
+    let e = load_dir(&dir, None).unwrap_err();
+    assert!(matches!(&e, ModelError::MissingFile { path } if path.ends_with("config.json")), "{e}");
+    std::fs::write(dir.join("config.json"), r#"{"architectures": ["BertModel"], "num_attention_heads": 2}"#)
+        .unwrap();
+    let e = load_dir(&dir, None).unwrap_err();
+    assert!(matches!(&e, ModelError::MissingFile { path } if path.ends_with("tokenizer.json")), "{e}");
+    std::fs::write(dir.join("tokenizer.json"), TINY_TOKENIZER).unwrap();
+    // A BERT folder: the weights, the tokenizer, a program.
+    let m = load_dir(&dir, None).unwrap();
+    assert!(matches!(&m, Loaded::Bert(b, ..) if **b == w));
+    let ids = m.tokens(Some("hello private world"), None).unwrap();
+    assert_eq!(ids, [1, 2, 3]);
+    let g = m.graph(ids.len()).unwrap();
+    assert_eq!(g.input.len(), 3 * 64);
+    assert_eq!(load_dir(&dir, Some(1)).unwrap().layers(), 1);
+    // An architecture fusefss does not run: named, with the ones it does.
+    std::fs::write(dir.join("config.json"), r#"{"architectures": ["T5ForConditionalGeneration"]}"#).unwrap();
+    let e = load_dir(&dir, None).unwrap_err().to_string();
+    assert!(e.contains("T5ForConditionalGeneration") && e.contains("LlamaForCausalLM"), "{e}");
+    std::fs::write(dir.join("config.json"), "{not json").unwrap();
+    assert!(matches!(load_dir(&dir, None), Err(ModelError::InvalidConfig(_))));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
