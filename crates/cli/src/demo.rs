@@ -3,7 +3,7 @@
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::model::{self, ImplChoice, Loaded, ModelName, load};
+use crate::model::{self, ImplChoice, KeysArgs, KeysAt, Link, Loaded, ModelName, load_model};
 
 /// Arguments of `fusefss demo`.
 #[derive(Args)]
@@ -11,6 +11,10 @@ pub struct DemoArgs {
     /// Model (the default needs no download).
     #[arg(long, default_value = "bert-tiny")]
     model: ModelName,
+    /// A Hugging Face model folder instead of a built-in model (`config.json` naming a
+    /// BertModel, GPT2LMHeadModel or LlamaForCausalLM, `model.safetensors`, `tokenizer.json`).
+    #[arg(long, conflicts_with = "model")]
+    model_dir: Option<std::path::PathBuf>,
     /// The client's text.
     #[arg(long)]
     text: Option<String>,
@@ -23,15 +27,17 @@ pub struct DemoArgs {
     /// Implementation of the nonlinear layers.
     #[arg(long = "impl", value_enum, default_value = "fusefss")]
     implementation: ImplChoice,
+    #[command(flatten)]
+    keys: KeysArgs,
 }
 
 pub fn run(a: DemoArgs) -> anyhow::Result<()> {
-    let loaded = load(a.model, a.layers)?;
+    let (loaded, name) = load_model(a.model, a.model_dir.as_deref(), a.layers)?;
     let ids = loaded.tokens(a.text.as_deref(), a.seq)?;
     let (g, x, float_out) = loaded.prepare(&ids)?;
     println!(
         "{}: {} layers, {} tokens, ring Z_2^{} at scale 2^-{}; {} nodes ({} interactive)",
-        a.model.name(),
+        name,
         loaded.layers(),
         ids.len(),
         g.n,
@@ -40,6 +46,23 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         g.gates()
     );
     let mut rng = fss::rng::os_rng()?;
+    let (keys, temp) = a.keys.resolve();
+    let result = show_runs(&a, &loaded, &g, &x, &float_out, &mut rng, &keys);
+    if let Some(d) = temp {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    result
+}
+
+fn show_runs(
+    a: &DemoArgs,
+    loaded: &Loaded,
+    g: &engine::Graph,
+    x: &[u64],
+    float_out: &[f64],
+    rng: &mut fss::rng::DealerRng,
+    keys: &KeysAt,
+) -> anyhow::Result<()> {
     for imp in a.implementation.impls() {
         let bar = ProgressBar::new(g.nodes.len() as u64);
         bar.set_style(
@@ -48,9 +71,18 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
                 .progress_chars("=> "),
         );
         bar.set_message(imp.name());
-        let o = model::run(&g, &x, &float_out, imp, &mut rng, |i, _| bar.set_position(i as u64))?;
+        let o = model::run_with(
+            g,
+            x,
+            float_out,
+            imp,
+            rng,
+            |i, _| bar.set_position(i as u64),
+            Link::default(),
+            keys,
+        )?;
         bar.finish_and_clear();
-        let secure = o.decoded(&g);
+        let secure = o.decoded(g);
         let plain: Vec<f64> = o.plain.iter().map(|&v| engine::blocks::dequantize(v, g.f, g.n)).collect();
         let show = |v: &[f64]| v.iter().take(6).map(|x| format!("{x:+.4}")).collect::<Vec<_>>().join(" ");
         println!("\n[{}]", imp.name());
@@ -60,8 +92,8 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         println!(
             "  secure == plaintext fixed point: {}   cosine with f64: {:.6}   max |err|: {:.2e}",
             if o.exact() { "yes, on every value" } else { "NO" },
-            o.cosine(&g),
-            o.max_abs_err(&g)
+            o.cosine(g),
+            o.max_abs_err(g)
         );
         let st = &o.runs[0].stats;
         println!(

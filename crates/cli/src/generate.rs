@@ -28,26 +28,41 @@ use service::bundle::{BundleHeader, BundleId, BundleReader, BundleWriter, Finger
 use service::session::{self, SessionShape};
 
 use crate::bench::model::NetChoice;
-use crate::model::{ImplChoice, Link, TransportChoice, run_linked_step};
+use crate::model::{
+    ImplChoice, KeysArgs, KeysAt, Link, TransportChoice, peak_rss_bytes, reset_peak_rss, run_linked_step,
+};
 
-/// Load a model that generates, at its own ring width and scale or at `fixed`.
+/// Load a model that generates (a built-in one, or the Hugging Face folder `dir`), at its
+/// own ring width and scale or at `fixed`; with its name for reports.
 ///
 /// # Errors
 /// If its files are missing, it does not generate, or the widths do not fit.
-pub fn load_llama(model: ModelName, fixed: Option<Fixed>) -> anyhow::Result<Llama> {
-    if !model.generates() {
-        bail!("{model} does not generate text: use llama-tiny or smollm2");
+pub fn load_llama(
+    model: ModelName,
+    dir: Option<&std::path::Path>,
+    fixed: Option<Fixed>,
+) -> anyhow::Result<(Llama, String)> {
+    if dir.is_none() && !model.generates() {
+        bail!(
+            "{model} does not generate text: use llama-tiny, smollm2 or a LlamaForCausalLM folder (--model-dir)"
+        );
     }
-    let Loaded::Llama(m) = models::registry::load(model, None)? else {
-        bail!("{model} does not generate text: use llama-tiny or smollm2");
+    let (loaded, name) = crate::model::load_model(model, dir, None)?;
+    let Loaded::Llama(m) = loaded else {
+        bail!(
+            "{name} does not generate text: use llama-tiny, smollm2 or a LlamaForCausalLM folder (--model-dir)"
+        );
     };
-    Ok(match fixed {
-        Some(fx) if fx.f == 0 || fx.n < 2 * fx.f + 8 || fx.n > 64 => {
-            bail!("--n {} --f {}: need 2f + 8 ≤ n ≤ 64 and f > 0", fx.n, fx.f)
-        }
-        Some(fx) => m.with_fixed(fx),
-        None => *m,
-    })
+    Ok((
+        match fixed {
+            Some(fx) if fx.f == 0 || fx.n < 2 * fx.f + 8 || fx.n > 64 => {
+                bail!("--n {} --f {}: need 2f + 8 ≤ n ≤ 64 and f > 0", fx.n, fx.f)
+            }
+            Some(fx) => m.with_fixed(fx),
+            None => *m,
+        },
+        name,
+    ))
 }
 
 /// One step of a session.
@@ -89,17 +104,6 @@ pub struct Session {
     pub steps: Vec<StepRow>,
     /// Ring and scale.
     pub fx: Fixed,
-}
-
-/// Where a session's keys are between the dealer and the servers.
-#[derive(Clone, Debug)]
-pub enum KeysAt {
-    /// Each step dealt in memory just before it runs (the prefill's keys of both parties,
-    /// 3 GB each for SmolLM2 at 32 tokens, at once in memory).
-    Memory,
-    /// The whole session dealt ahead into one bundle per party in this folder, streamed back
-    /// step by step as the servers run, then deleted.
-    Disk(PathBuf),
 }
 
 /// How a session runs.
@@ -279,6 +283,10 @@ pub struct GenerateArgs {
     /// Model: llama-tiny (built in) or smollm2 (`scripts/fetch-models.sh`).
     #[arg(long, default_value = "llama-tiny")]
     model: ModelName,
+    /// A Hugging Face `LlamaForCausalLM` folder instead (`config.json`,
+    /// `model.safetensors`, `tokenizer.json`).
+    #[arg(long, conflicts_with = "model")]
+    model_dir: Option<PathBuf>,
     /// The private prompt.
     #[arg(long, default_value = "the servers never see this prompt")]
     prompt: String,
@@ -316,7 +324,7 @@ pub struct GenerateArgs {
 
 #[derive(Serialize)]
 struct GenerateRow<'a> {
-    model: &'static str,
+    model: String,
     #[serde(rename = "impl")]
     implementation: &'static str,
     prompt_tokens: &'a [u32],
@@ -349,11 +357,11 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
     if a.max_new_tokens == 0 {
         bail!("--max-new-tokens must be positive");
     }
-    let m = load_llama(a.model, a.n.zip(a.f).map(|(n, f)| Fixed { n, f }))?;
+    let (m, name) = load_llama(a.model, a.model_dir.as_deref(), a.n.zip(a.f).map(|(n, f)| Fixed { n, f }))?;
     let prompt = m.prompt(&a.prompt, a.chat)?;
     let (keys, temp) = a.keys.resolve();
     let opts = SessionOpts { link: Link::default(), keys, stop_at_eos: true };
-    let result = generate_all(&a, &m, &prompt, sampling, &opts);
+    let result = generate_all(&a, &name, &m, &prompt, sampling, &opts);
     if let Some(d) = temp {
         let _ = std::fs::remove_dir_all(d);
     }
@@ -362,6 +370,7 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
 
 fn generate_all(
     a: &GenerateArgs,
+    name: &str,
     m: &Llama,
     prompt: &[u32],
     sampling: Sampling,
@@ -371,7 +380,7 @@ fn generate_all(
     let float_tokens = a.check.then(|| greedy_f64(&m.w, prompt, a.max_new_tokens, m.eos));
     for imp in a.implementation.impls() {
         if !a.json {
-            println!("{} ({}), prompt of {} tokens:", a.model, imp.name(), prompt.len());
+            println!("{name} ({}), prompt of {} tokens:", imp.name(), prompt.len());
         }
         let s = run_session(m, prompt, a.max_new_tokens, imp, sampling, opts, |r| {
             if !a.json {
@@ -397,7 +406,7 @@ fn generate_all(
         let float_agrees = float_tokens.as_ref().filter(|_| greedy).map(|f| *f == tokens);
         if a.json {
             let row = GenerateRow {
-                model: a.model.name(),
+                model: name.to_string(),
                 implementation: imp.name(),
                 prompt_tokens: &s.prompt,
                 tokens,
@@ -446,6 +455,10 @@ pub struct GenerateBenchArgs {
     /// Model: llama-tiny (built in) or smollm2 (`scripts/fetch-models.sh`).
     #[arg(long, default_value = "llama-tiny")]
     model: ModelName,
+    /// A Hugging Face `LlamaForCausalLM` folder instead (`config.json`,
+    /// `model.safetensors`, `tokenizer.json`).
+    #[arg(long, conflicts_with = "model")]
+    model_dir: Option<PathBuf>,
     /// Prompt tokens (a fixed pseudo-random prompt).
     #[arg(long, default_value_t = 32)]
     prompt_len: usize,
@@ -474,38 +487,9 @@ pub struct GenerateBenchArgs {
     json: bool,
 }
 
-/// Where the dealer puts the keys of a session run in one process.
-#[derive(Args)]
-pub struct KeysArgs {
-    /// Deal each step in memory just before it runs, instead of the whole session ahead
-    /// into bundles on disk (faster; the prefill's keys of both parties at once in memory).
-    #[arg(long, conflicts_with = "keys_dir")]
-    keys_in_memory: bool,
-    /// Folder for the session's bundles (default: a fresh folder under the system's
-    /// temporary folder, removed at the end).
-    #[arg(long)]
-    keys_dir: Option<PathBuf>,
-}
-
-impl KeysArgs {
-    /// Where the keys go, and the folder to remove at the end (if one was made here).
-    fn resolve(&self) -> (KeysAt, Option<PathBuf>) {
-        if self.keys_in_memory {
-            return (KeysAt::Memory, None);
-        }
-        match &self.keys_dir {
-            Some(d) => (KeysAt::Disk(d.clone()), None),
-            None => {
-                let d = std::env::temp_dir().join(format!("fusefss-generate-{}", std::process::id()));
-                (KeysAt::Disk(d.clone()), Some(d))
-            }
-        }
-    }
-}
-
 #[derive(Serialize)]
 struct BenchRow {
-    model: &'static str,
+    model: String,
     #[serde(rename = "impl")]
     implementation: &'static str,
     prompt_len: usize,
@@ -532,35 +516,18 @@ struct BenchRow {
     online_ms_per_token_by_layer: BTreeMap<&'static str, f64>,
 }
 
-/// Start this process's peak resident memory afresh from its current size (Linux; a no-op
-/// elsewhere).
-pub fn reset_peak_rss() {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
-/// This process's peak resident memory (Linux), 0 elsewhere.
-pub fn peak_rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| l.strip_prefix("VmHWM:")?.split_whitespace().next()?.parse::<u64>().ok())
-        })
-        .unwrap_or(0)
-        * 1024
-}
-
 pub fn run_bench(a: GenerateBenchArgs) -> anyhow::Result<()> {
     if a.prompt_len == 0 || a.new_tokens < 2 {
         bail!("--prompt-len must be positive and --new-tokens at least 2 (the prefill and a decode step)");
     }
-    let m = load_llama(a.model, a.n.zip(a.f).map(|(n, f)| Fixed { n, f }))?;
+    let (m, name) = load_llama(a.model, a.model_dir.as_deref(), a.n.zip(a.f).map(|(n, f)| Fixed { n, f }))?;
     let mut r = DealerRng::seed_from_u64(0x9e37);
     let prompt: Vec<u32> =
         (0..a.prompt_len).map(|_| (r.next_u64() % m.w.config.vocab as u64) as u32).collect();
     let (keys, temp) = a.keys.resolve();
     let opts =
         SessionOpts { link: Link { transport: a.transport, net: a.net.sim() }, keys, stop_at_eos: false };
-    let result = bench_rows(&a, &m, &prompt, &opts);
+    let result = bench_rows(&a, &name, &m, &prompt, &opts);
     if let Some(d) = temp {
         let _ = std::fs::remove_dir_all(d);
     }
@@ -581,7 +548,13 @@ fn mean_by(
     by
 }
 
-fn bench_rows(a: &GenerateBenchArgs, m: &Llama, prompt: &[u32], opts: &SessionOpts) -> anyhow::Result<()> {
+fn bench_rows(
+    a: &GenerateBenchArgs,
+    name: &str,
+    m: &Llama,
+    prompt: &[u32],
+    opts: &SessionOpts,
+) -> anyhow::Result<()> {
     for imp in a.implementation.impls() {
         // Each implementation's row reports its own peak, not the previous one's.
         reset_peak_rss();
@@ -589,7 +562,7 @@ fn bench_rows(a: &GenerateBenchArgs, m: &Llama, prompt: &[u32], opts: &SessionOp
         let decode = &s.steps[1..];
         let mean = |f: &dyn Fn(&StepRow) -> f64| decode.iter().map(f).sum::<f64>() / decode.len() as f64;
         let row = BenchRow {
-            model: a.model.name(),
+            model: name.to_string(),
             implementation: imp.name(),
             prompt_len: a.prompt_len,
             new_tokens: a.new_tokens,
@@ -607,10 +580,7 @@ fn bench_rows(a: &GenerateBenchArgs, m: &Llama, prompt: &[u32], opts: &SessionOp
             tokens_match_float: match_rate(&s),
             transport: a.transport.name(),
             net: a.net.name(),
-            keys: match opts.keys {
-                KeysAt::Memory => "memory",
-                KeysAt::Disk(_) => "disk",
-            },
+            keys: opts.keys.name(),
             key_bytes_per_token_by_layer: mean_by(decode, |r| {
                 r.key_bytes_by_layer.iter().map(|(l, b)| (*l, *b as f64)).collect()
             })

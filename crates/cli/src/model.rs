@@ -9,6 +9,28 @@ use engine::{DealReport, Graph, Impl, PartyRun};
 use fss::rng::DealerRng;
 use models::float;
 pub use models::registry::{Loaded, ModelName, load};
+
+/// Load a built-in model, or the Hugging Face folder `dir` when given; with its name for
+/// reports (`bert-tiny`, or the folder's name).
+///
+/// # Errors
+/// If the model's files are missing or do not load.
+pub fn load_model(
+    model: ModelName,
+    dir: Option<&std::path::Path>,
+    layers: Option<usize>,
+) -> anyhow::Result<(Loaded, String)> {
+    match dir {
+        None => Ok((load(model, layers)?, model.name().to_string())),
+        Some(d) => {
+            let loaded = models::registry::load_dir(d, layers)
+                .map_err(|e| anyhow::anyhow!("model folder {}: {e}", d.display()))?;
+            let name =
+                d.file_name().map_or_else(|| d.display().to_string(), |n| n.to_string_lossy().into_owned());
+            Ok((loaded, name))
+        }
+    }
+}
 use serde::Serialize;
 
 /// Which implementation(s) of the nonlinear layers to run.
@@ -40,6 +62,75 @@ pub struct Outcome {
     pub deal: DealReport,
     pub runs: [PartyRun; 2],
     pub online: Duration,
+    /// Bytes of both parties' bundles on disk (0 with keys in memory).
+    pub keys_on_disk_bytes: u64,
+}
+
+/// Where the dealer puts a run's keys in one process.
+#[derive(Clone, Debug)]
+pub enum KeysAt {
+    /// In memory (both parties' keys at once).
+    Memory,
+    /// One bundle per party in this folder, written by the dealer, read back by the servers
+    /// a few sections ahead of the online phase, then deleted: memory for a few layers'
+    /// keys, not all of them.
+    Disk(std::path::PathBuf),
+}
+
+impl KeysAt {
+    /// `"memory"` or `"disk"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            KeysAt::Memory => "memory",
+            KeysAt::Disk(_) => "disk",
+        }
+    }
+}
+
+/// Where a command run in one process keeps its keys.
+#[derive(clap::Args)]
+pub struct KeysArgs {
+    /// Keep the keys in memory instead of bundles on disk (faster to deal; both parties'
+    /// keys at once in memory).
+    #[arg(long, conflicts_with = "keys_dir")]
+    keys_in_memory: bool,
+    /// Folder for the bundles (default: a fresh folder under the system's temporary
+    /// folder, removed at the end).
+    #[arg(long)]
+    keys_dir: Option<std::path::PathBuf>,
+}
+
+impl KeysArgs {
+    /// Where the keys go, and the folder to remove at the end (if one was made here).
+    pub fn resolve(&self) -> (KeysAt, Option<std::path::PathBuf>) {
+        if self.keys_in_memory {
+            return (KeysAt::Memory, None);
+        }
+        match &self.keys_dir {
+            Some(d) => (KeysAt::Disk(d.clone()), None),
+            None => {
+                let d = std::env::temp_dir().join(format!("fusefss-keys-{}", std::process::id()));
+                (KeysAt::Disk(d.clone()), Some(d))
+            }
+        }
+    }
+}
+
+/// Start this process's peak resident memory afresh from its current size (Linux; a no-op
+/// elsewhere).
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// This process's peak resident memory (Linux), 0 elsewhere.
+pub fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("VmHWM:")?.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+        * 1024
 }
 
 /// How the two servers of one process talk.
@@ -143,20 +234,10 @@ pub fn run_linked_step(
     Ok(engine::run_pair(g, gates, keys, inputs, carried, links)?)
 }
 
-/// Deal keys, run both servers on two threads, reconstruct, and compute the references.
-pub fn run(
-    g: &Graph,
-    x: &[u64],
-    float_out: &[f64],
-    imp: Impl,
-    rng: &mut DealerRng,
-    progress: impl FnMut(usize, usize),
-) -> anyhow::Result<Outcome> {
-    run_over(g, x, float_out, imp, rng, progress, Link::default())
-}
-
-/// As [`run`], over the given link.
-pub fn run_over(
+/// Deal keys (to memory or to bundles on disk, as `keys` says), run both servers on two
+/// threads over `link`, reconstruct, and compute the plaintext reference.
+#[allow(clippy::too_many_arguments)]
+pub fn run_with(
     g: &Graph,
     x: &[u64],
     float_out: &[f64],
@@ -164,16 +245,87 @@ pub fn run_over(
     rng: &mut DealerRng,
     progress: impl FnMut(usize, usize),
     link: Link,
+    keys: &KeysAt,
 ) -> anyhow::Result<Outcome> {
     let gates = engine::build(g, imp)?;
-    let (k0, k1, deal) = engine::deal(g, &gates, rng, progress)?;
     let plain = engine::plain(g, &gates, x);
     let (x0, x1) = engine::share_input(x, g.n, rng);
-    let t = Instant::now();
-    let runs = run_linked(g, &gates, [k0, k1], [x0, x1], link)?;
-    let online = t.elapsed();
+    let (deal, runs, online, keys_on_disk_bytes) = match keys {
+        KeysAt::Memory => {
+            let (k0, k1, deal) = engine::deal(g, &gates, rng, progress)?;
+            let t = Instant::now();
+            let runs = run_linked(g, &gates, [k0, k1], [x0, x1], link)?;
+            (deal, runs, t.elapsed(), 0)
+        }
+        KeysAt::Disk(dir) => {
+            let mut disk = DiskKeys::deal(dir, g, &gates, rng, progress)?;
+            let [r0, r1] = &mut disk.readers;
+            let t = Instant::now();
+            let runs = run_linked_step(g, &gates, [r0, r1], [x0, x1], [&[], &[]], link)?;
+            (disk.report.clone(), runs, t.elapsed(), disk.bytes)
+        }
+    };
     let secure = engine::reconstruct(&runs[0].output, &runs[1].output, g.n);
-    Ok(Outcome { secure, plain, float: float_out.to_vec(), deal, runs, online })
+    Ok(Outcome { secure, plain, float: float_out.to_vec(), deal, runs, online, keys_on_disk_bytes })
+}
+
+/// One run's keys dealt into a bundle per party on disk, opened to be read ahead; the
+/// files are deleted when this is dropped.
+struct DiskKeys {
+    readers: [service::BundleReader; 2],
+    paths: [std::path::PathBuf; 2],
+    report: DealReport,
+    bytes: u64,
+}
+
+impl DiskKeys {
+    fn deal(
+        dir: &std::path::Path,
+        g: &Graph,
+        gates: &[Option<Box<dyn engine::DynGate>>],
+        rng: &mut DealerRng,
+        progress: impl FnMut(usize, usize),
+    ) -> anyhow::Result<DiskKeys> {
+        use fss::Party;
+        use fss::rng::Rng;
+        use service::bundle::{BundleHeader, BundleId, BundleReader, BundleWriter};
+        let mut run = [0u8; 16];
+        rng.fill_bytes(&mut run);
+        // The run's random id stands for the program's identity: these bundles never leave
+        // this process.
+        let mut fp = [0u8; 32];
+        fp[..16].copy_from_slice(&run);
+        let header = |party| BundleHeader {
+            party,
+            id: BundleId { run, index: 0 },
+            fingerprint: fp,
+            descriptor: "in-process run".into(),
+            sections: 2 + g.gates() as u32,
+        };
+        let dirs = [dir.join("party0"), dir.join("party1")];
+        for d in &dirs {
+            service::private::create_dir(d)?;
+        }
+        let mut w0 = BundleWriter::create(&dirs[0], g, &header(Party::P0))?;
+        let mut w1 = BundleWriter::create(&dirs[1], g, &header(Party::P1))?;
+        let report = engine::deal_into(g, gates, rng, [&mut w0, &mut w1], progress)?;
+        let bytes = w0.bytes() + w1.bytes();
+        let paths = [w0.finish()?, w1.finish()?];
+        let mut readers = [
+            BundleReader::open(&paths[0], g, &fp, Party::P0)?,
+            BundleReader::open(&paths[1], g, &fp, Party::P1)?,
+        ];
+        readers.iter_mut().for_each(BundleReader::read_ahead);
+        Ok(DiskKeys { readers, paths, report, bytes })
+    }
+}
+
+impl Drop for DiskKeys {
+    fn drop(&mut self) {
+        for p in &self.paths {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
 impl Outcome {
@@ -197,7 +349,7 @@ impl Outcome {
 /// One line of `bench model --json`.
 #[derive(Serialize)]
 pub struct ModelRow {
-    pub model: &'static str,
+    pub model: String,
     #[serde(rename = "impl")]
     pub implementation: &'static str,
     pub seq: usize,
@@ -222,11 +374,17 @@ pub struct ModelRow {
     pub net: &'static str,
     /// One party's key bytes by layer type.
     pub key_bytes_by_layer: std::collections::BTreeMap<&'static str, u64>,
+    /// Where the keys were: `memory` or `disk` (bundles read back as the servers run).
+    pub keys: &'static str,
+    /// Both parties' bundles on disk (0 with keys in memory).
+    pub keys_on_disk_bytes: u64,
+    /// The process's peak resident memory during the run (the highest of the timed runs).
+    pub peak_rss_bytes: u64,
 }
 
 impl ModelRow {
     pub fn new(
-        model: ModelName,
+        model: &str,
         imp: Impl,
         g: &Graph,
         layers: usize,
@@ -241,7 +399,7 @@ impl ModelRow {
             }
         }
         ModelRow {
-            model: model.name(),
+            model: model.to_string(),
             implementation: imp.name(),
             seq: g.input.rows,
             layers,
@@ -260,6 +418,9 @@ impl ModelRow {
             transport: link.0,
             net: link.1,
             key_bytes_by_layer: o.deal.by_label.iter().map(|(l, b)| (*l, b.div_ceil(8))).collect(),
+            keys: if o.keys_on_disk_bytes > 0 { "disk" } else { "memory" },
+            keys_on_disk_bytes: o.keys_on_disk_bytes,
+            peak_rss_bytes: peak_rss_bytes(),
         }
     }
 }

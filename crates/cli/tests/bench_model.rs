@@ -40,6 +40,9 @@ fn model_rows_name_every_field_and_the_median_run() {
         "exact",
         "max_abs_err_vs_float",
         "cosine_vs_float",
+        "keys",
+        "keys_on_disk_bytes",
+        "peak_rss_bytes",
     ];
     assert_fields(&rows, &fields);
     for r in &rows {
@@ -48,6 +51,11 @@ fn model_rows_name_every_field_and_the_median_run() {
             (Some("bert-tiny"), Some(12), Some(1))
         );
         assert_eq!(r["exact"], true, "{r}");
+        // Keys on disk by default: both parties' bundles, a little more than twice one key.
+        assert_eq!(r["keys"], "disk", "{r}");
+        let (disk, key) = (r["keys_on_disk_bytes"].as_u64().unwrap(), r["key_bytes"].as_u64().unwrap());
+        assert!(disk > 2 * key && disk < 2 * key + 100_000, "{r}");
+        assert!(r["peak_rss_bytes"].as_u64().unwrap() > 0, "{r}");
         // Two timed runs; the reported time is their median (the upper one of two).
         let runs: Vec<f64> =
             r["online_ms_runs"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();

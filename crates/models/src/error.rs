@@ -14,6 +14,17 @@ pub enum ModelError {
         /// The path that was looked up.
         path: PathBuf,
     },
+    /// A model folder lacks a file.
+    #[error(
+        "{} is not a complete model folder: it has no {missing} (a Hugging Face folder holds config.json, model.safetensors and tokenizer.json)",
+        dir.display()
+    )]
+    IncompleteFolder {
+        /// The folder.
+        dir: PathBuf,
+        /// The first missing file.
+        missing: &'static str,
+    },
     /// Reading a file failed.
     #[error("{}: {source}", path.display())]
     Io {

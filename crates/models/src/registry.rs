@@ -302,13 +302,13 @@ pub const FOLDER_ARCHITECTURES: [&str; 3] = ["BertModel", "GPT2LMHeadModel", "Ll
 /// [`SMOLLM2_FIXED`]), all at f = 12.
 ///
 /// # Errors
-/// [`ModelError::MissingFile`] naming the first missing file, [`ModelError::InvalidConfig`]
+/// [`ModelError::IncompleteFolder`] naming the first missing file, [`ModelError::InvalidConfig`]
 /// for an architecture fusefss does not run (naming the supported ones), or the loaders'
 /// errors.
 pub fn load_dir(dir: &std::path::Path, layers: Option<usize>) -> Result<Loaded> {
     for file in [load::CONFIG_FILE, load::WEIGHTS_FILE, "tokenizer.json"] {
         if !dir.join(file).is_file() {
-            return Err(ModelError::MissingFile { path: dir.join(file) });
+            return Err(ModelError::IncompleteFolder { dir: dir.to_path_buf(), missing: file });
         }
     }
     let config_path = dir.join(load::CONFIG_FILE);

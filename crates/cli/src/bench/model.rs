@@ -2,7 +2,9 @@
 
 use clap::Args;
 
-use crate::model::{ImplChoice, Link, ModelName, ModelRow, TransportChoice, load, run_over};
+use crate::model::{
+    ImplChoice, KeysArgs, Link, ModelName, ModelRow, TransportChoice, load_model, reset_peak_rss, run_with,
+};
 
 /// A simulated network between the servers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -39,6 +41,10 @@ pub struct ModelBenchArgs {
     /// Model.
     #[arg(long, default_value = "bert-tiny")]
     model: ModelName,
+    /// A Hugging Face model folder instead of a built-in model (`config.json` naming a
+    /// BertModel, GPT2LMHeadModel or LlamaForCausalLM, `model.safetensors`, `tokenizer.json`).
+    #[arg(long, conflicts_with = "model")]
+    model_dir: Option<std::path::PathBuf>,
     /// Sequence length (the default text's tokens, repeated or cut).
     #[arg(long, default_value_t = 128)]
     seq: usize,
@@ -62,13 +68,15 @@ pub struct ModelBenchArgs {
     /// query of a process also pays for starting threads and faulting in working memory.
     #[arg(long, default_value_t = 1)]
     warmup: usize,
+    #[command(flatten)]
+    keys: KeysArgs,
     /// Print one JSON object per line.
     #[arg(long)]
     json: bool,
 }
 
 pub fn run_bench(a: ModelBenchArgs) -> anyhow::Result<()> {
-    let loaded = load(a.model, a.layers)?;
+    let (loaded, name) = load_model(a.model, a.model_dir.as_deref(), a.layers)?;
     let ids = loaded.tokens(None, Some(a.seq))?;
     let (g, x, float_out) = loaded.prepare(&ids)?;
     let mut rng = fss::rng::os_rng()?;
@@ -76,22 +84,33 @@ pub fn run_bench(a: ModelBenchArgs) -> anyhow::Result<()> {
     let impls = a.implementation.impls();
     let link = Link { transport: a.transport, net: a.net.sim() };
     let names = (a.transport.name(), a.net.name());
+    let (keys, temp) = a.keys.resolve();
     let mut runs: Vec<Vec<ModelRow>> = impls.iter().map(|_| vec![]).collect();
-    for rep in 0..a.warmup + a.reps {
-        for (i, &imp) in impls.iter().enumerate() {
-            let o = run_over(&g, &x, &float_out, imp, &mut rng, |_, _| {}, link)?;
-            if rep >= a.warmup {
-                runs[i].push(ModelRow::new(a.model, imp, &g, loaded.layers(), &o, names));
+    let result = (|| -> anyhow::Result<()> {
+        for rep in 0..a.warmup + a.reps {
+            for (i, &imp) in impls.iter().enumerate() {
+                reset_peak_rss();
+                let o = run_with(&g, &x, &float_out, imp, &mut rng, |_, _| {}, link, &keys)?;
+                if rep >= a.warmup {
+                    runs[i].push(ModelRow::new(&name, imp, &g, loaded.layers(), &o, names));
+                }
             }
         }
+        Ok(())
+    })();
+    if let Some(d) = temp {
+        let _ = std::fs::remove_dir_all(d);
     }
+    result?;
     for mut rows in runs {
+        let peak = rows.iter().map(|r| r.peak_rss_bytes).max().unwrap_or(0);
         // The median run's row (its layer times and keygen), with every run's online time.
         let times: Vec<f64> = rows.iter().map(|r| r.online_ms).collect();
         rows.sort_by(|a, b| a.online_ms.total_cmp(&b.online_ms));
         let mut row = rows.swap_remove(rows.len() / 2);
         row.online_ms = super::median(times.clone());
         row.online_ms_runs = times;
+        row.peak_rss_bytes = peak;
         if a.json {
             println!("{}", serde_json::to_string(&row)?);
         } else {
