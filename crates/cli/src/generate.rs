@@ -129,7 +129,13 @@ impl Keys {
     /// Deal ahead into `dir` when asked to.
     fn prepare(m: &Llama, imp: Impl, shape: SessionShape, at: &KeysAt) -> anyhow::Result<Keys> {
         let mut dealer = fss::rng::os_rng()?;
-        let KeysAt::Disk(dir) = at else { return Ok(Keys::Memory { dealer, masks: vec![] }) };
+        let dir = match at {
+            KeysAt::Memory => return Ok(Keys::Memory { dealer, masks: vec![] }),
+            KeysAt::Stream => {
+                bail!("a session's keys are dealt ahead (--keys-dir) or step by step (--keys-in-memory)")
+            }
+            KeysAt::Disk(dir) => dir,
+        };
         let (fp, sections) = session::identity(&m.fx, imp, shape, &mut Fingerprints::default())?;
         let mut run = [0u8; 16];
         dealer.fill_bytes(&mut run);

@@ -64,6 +64,8 @@ pub struct Outcome {
     pub online: Duration,
     /// Bytes of both parties' bundles on disk (0 with keys in memory).
     pub keys_on_disk_bytes: u64,
+    /// Where the keys were ([`KeysAt::name`]).
+    pub keys: &'static str,
 }
 
 /// Where the dealer puts a run's keys in one process.
@@ -75,6 +77,10 @@ pub enum KeysAt {
     /// a few sections ahead of the online phase, then deleted: memory for a few layers'
     /// keys, not all of them.
     Disk(std::path::PathBuf),
+    /// Dealt while the servers run, handed over gate by gate (a few gates ahead at most):
+    /// neither memory nor disk for all the keys, but the dealer shares the machine with the
+    /// servers during the online phase, so its time is not the online time alone.
+    Stream,
 }
 
 impl KeysAt {
@@ -83,6 +89,7 @@ impl KeysAt {
         match self {
             KeysAt::Memory => "memory",
             KeysAt::Disk(_) => "disk",
+            KeysAt::Stream => "stream",
         }
     }
 }
@@ -92,8 +99,12 @@ impl KeysAt {
 pub struct KeysArgs {
     /// Keep the keys in memory instead of bundles on disk (faster to deal; both parties'
     /// keys at once in memory).
-    #[arg(long, conflicts_with = "keys_dir")]
+    #[arg(long, conflicts_with_all = ["keys_dir", "keys_streamed"])]
     keys_in_memory: bool,
+    /// Deal while the servers run, handing keys over gate by gate (for runs whose keys fit
+    /// neither memory nor disk; the dealer then shares the machine with the servers).
+    #[arg(long, conflicts_with = "keys_dir")]
+    keys_streamed: bool,
     /// Folder for the bundles (default: a fresh folder under the system's temporary
     /// folder, removed at the end).
     #[arg(long)]
@@ -105,6 +116,9 @@ impl KeysArgs {
     pub fn resolve(&self) -> (KeysAt, Option<std::path::PathBuf>) {
         if self.keys_in_memory {
             return (KeysAt::Memory, None);
+        }
+        if self.keys_streamed {
+            return (KeysAt::Stream, None);
         }
         match &self.keys_dir {
             Some(d) => (KeysAt::Disk(d.clone()), None),
@@ -243,7 +257,7 @@ pub fn run_with(
     float_out: &[f64],
     imp: Impl,
     rng: &mut DealerRng,
-    progress: impl FnMut(usize, usize),
+    progress: impl FnMut(usize, usize) + Send,
     link: Link,
     keys: &KeysAt,
 ) -> anyhow::Result<Outcome> {
@@ -257,6 +271,20 @@ pub fn run_with(
             let runs = run_linked(g, &gates, [k0, k1], [x0, x1], link)?;
             (deal, runs, t.elapsed(), 0)
         }
+        KeysAt::Stream => {
+            let (mut s0, mut s1, source0, source1) = stream::pair(g.n);
+            let mut sources = [source0, source1];
+            let t = Instant::now();
+            let (deal, runs) = std::thread::scope(|sc| -> anyhow::Result<(DealReport, [PartyRun; 2])> {
+                let gates = &gates;
+                let dealer = sc.spawn(move || engine::deal_into(g, gates, rng, [&mut s0, &mut s1], progress));
+                let [r0, r1] = &mut sources;
+                let runs = run_linked_step(g, gates, [r0, r1], [x0, x1], [&[], &[]], link);
+                let deal = dealer.join().map_err(|_| anyhow::anyhow!("the dealer thread panicked"))??;
+                Ok((deal, runs?))
+            })?;
+            (deal, runs, t.elapsed(), 0)
+        }
         KeysAt::Disk(dir) => {
             let mut disk = DiskKeys::deal(dir, g, &gates, rng, progress)?;
             let [r0, r1] = &mut disk.readers;
@@ -266,7 +294,107 @@ pub fn run_with(
         }
     };
     let secure = engine::reconstruct(&runs[0].output, &runs[1].output, g.n);
-    Ok(Outcome { secure, plain, float: float_out.to_vec(), deal, runs, online, keys_on_disk_bytes })
+    Ok(Outcome {
+        secure,
+        plain,
+        float: float_out.to_vec(),
+        deal,
+        runs,
+        online,
+        keys_on_disk_bytes,
+        keys: keys.name(),
+    })
+}
+
+/// Keys handed from a dealer thread to the servers as they are made.
+mod stream {
+    use std::any::Any;
+    use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+
+    use engine::{DynGate, EngineError, KeySink, KeySource};
+    use fss::Party;
+    use gates::GateError;
+
+    /// Gates' keys dealt ahead of the online phase at most, per party.
+    const AHEAD: usize = 2;
+
+    enum Item {
+        Input(Vec<u64>),
+        Gate(usize, Box<dyn Any + Send>),
+        Output(Vec<u64>),
+    }
+
+    /// The dealer's end for one party.
+    pub struct Sink(SyncSender<Item>);
+
+    /// A server's end.
+    pub struct Source {
+        party: Party,
+        rx: Receiver<Item>,
+    }
+
+    /// Both parties' ends.
+    pub fn pair(_n: u32) -> (Sink, Sink, Source, Source) {
+        let (t0, r0) = sync_channel(AHEAD);
+        let (t1, r1) = sync_channel(AHEAD);
+        (Sink(t0), Sink(t1), Source { party: Party::P0, rx: r0 }, Source { party: Party::P1, rx: r1 })
+    }
+
+    fn gone() -> EngineError {
+        EngineError::Online(GateError::Desync("the server stopped taking keys"))
+    }
+
+    impl KeySink for Sink {
+        fn input_mask(&mut self, share: Vec<u64>) -> Result<(), EngineError> {
+            self.0.send(Item::Input(share)).map_err(|_| gone())
+        }
+
+        fn gate_key(
+            &mut self,
+            node: usize,
+            _: &dyn DynGate,
+            key: Box<dyn Any + Send>,
+        ) -> Result<(), EngineError> {
+            self.0.send(Item::Gate(node, key)).map_err(|_| gone())
+        }
+
+        fn output_mask(&mut self, share: Vec<u64>) -> Result<(), EngineError> {
+            self.0.send(Item::Output(share)).map_err(|_| gone())
+        }
+    }
+
+    impl Source {
+        fn next(&mut self) -> Result<Item, GateError> {
+            self.rx.recv().map_err(|_| GateError::Keys("the dealer stopped".into()))
+        }
+    }
+
+    impl KeySource for Source {
+        fn party(&self) -> Party {
+            self.party
+        }
+
+        fn input_mask(&mut self) -> Result<Vec<u64>, GateError> {
+            match self.next()? {
+                Item::Input(v) => Ok(v),
+                _ => Err(GateError::KeyMismatch("keys out of order")),
+            }
+        }
+
+        fn gate_key(&mut self, node: usize, _: &dyn DynGate) -> Result<Box<dyn Any + Send>, GateError> {
+            match self.next()? {
+                Item::Gate(n, k) if n == node => Ok(k),
+                _ => Err(GateError::KeyMismatch("keys out of order")),
+            }
+        }
+
+        fn output_mask(&mut self) -> Result<Vec<u64>, GateError> {
+            match self.next()? {
+                Item::Output(v) => Ok(v),
+                _ => Err(GateError::KeyMismatch("keys out of order")),
+            }
+        }
+    }
 }
 
 /// One run's keys dealt into a bundle per party on disk, opened to be read ahead; the
@@ -374,7 +502,8 @@ pub struct ModelRow {
     pub net: &'static str,
     /// One party's key bytes by layer type.
     pub key_bytes_by_layer: std::collections::BTreeMap<&'static str, u64>,
-    /// Where the keys were: `memory` or `disk` (bundles read back as the servers run).
+    /// Where the keys were: `memory`, `disk` (bundles read back as the servers run) or
+    /// `stream` (dealt while the servers run).
     pub keys: &'static str,
     /// Both parties' bundles on disk (0 with keys in memory).
     pub keys_on_disk_bytes: u64,
@@ -418,7 +547,7 @@ impl ModelRow {
             transport: link.0,
             net: link.1,
             key_bytes_by_layer: o.deal.by_label.iter().map(|(l, b)| (*l, b.div_ceil(8))).collect(),
-            keys: if o.keys_on_disk_bytes > 0 { "disk" } else { "memory" },
+            keys: o.keys,
             keys_on_disk_bytes: o.keys_on_disk_bytes,
             peak_rss_bytes: peak_rss_bytes(),
         }

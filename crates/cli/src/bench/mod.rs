@@ -5,6 +5,7 @@ use clap::{Args, Subcommand};
 mod fss;
 pub mod model;
 mod ops;
+mod paper;
 
 /// Arguments of `fusefss bench`.
 #[derive(Args)]
@@ -44,6 +45,14 @@ enum BenchCommand {
     /// whether every step equals the plaintext fixed-point model, and how often the
     /// fixed-point argmax equals the f64 model's. Use `--json` for one JSON object per line.
     Generate(crate::generate::GenerateBenchArgs),
+    /// The paper's models with both implementations, printed like the paper's Table 1.
+    ///
+    /// Each model at seq 128 (BERT-tiny, BERT-base, BERT-large, GPT-2 by default) under each
+    /// `--net`: SIGMA's and FuseFSS's online time, communication, rounds, key size and key
+    /// generation, with our ratios next to the paper's; then BERT-base from seq 32 to 512.
+    /// Keys go to disk (a temporary folder) and are streamed back; long runs show a
+    /// progress bar. Use `--json` for one JSON object per run.
+    Paper(paper::PaperBenchArgs),
 }
 
 /// Run a `bench` subcommand.
@@ -53,6 +62,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Ops(a) => ops::run(a),
         BenchCommand::Model(a) => model::run_bench(a),
         BenchCommand::Generate(a) => crate::generate::run_bench(a),
+        BenchCommand::Paper(a) => paper::run(a),
     }
 }
 
