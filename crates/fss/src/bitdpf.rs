@@ -15,12 +15,12 @@
 use crate::codec::{self, BitReader, BitWriter, Header, KeyKind};
 use crate::dpf::{MAX_FULL_DOMAIN_BITS, SCRATCH, expand_full};
 use crate::error::{DecodeError, FssError};
-use crate::prg::{AesBlock, HashKey, Prg, from_block, sigma, to_block};
+use crate::prg::{AesBlock, HashKey, Prg, from_block, pad, sigma, to_block};
 use crate::ring::mask;
 use crate::rng::{CryptoRng, random_block, random_seed};
 use crate::share::{Party, XorBit};
 use crate::tree::{DealerTrees, TreeKeys, correct, path_bit};
-use crate::walk::{self, Walk, pad};
+use crate::walk::{self, Walk};
 
 /// `ν`: outputs per leaf block are `2^ν = 128`.
 pub const LEAF_BITS: u32 = 7;
@@ -501,7 +501,7 @@ impl BitDpfKeys {
         let mut g0 = 0;
         while g0 < count {
             let mut g1 = g0 + 1;
-            while g1 < count && (offsets[g1] - offsets[g0] < walk::CHUNK || g1 - g0 < walk::PAR) {
+            while g1 < count && (offsets[g1] - offsets[g0] < walk::CHUNK || g1 - g0 < crate::prg::PAR) {
                 g1 += 1;
             }
             let w = sorted_words(&offsets[g0..=g1]);
