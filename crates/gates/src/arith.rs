@@ -13,6 +13,7 @@ use crate::dealer::share;
 use crate::error::{GateError, check_len};
 use crate::gate::Gate;
 use crate::keyio::{GateKey, get_words, key_debug, put_words};
+use crate::kit::{check_inputs, check_party};
 use crate::linalg::{matmul, matmul_mod};
 use crate::online::Ctx;
 
@@ -363,21 +364,4 @@ impl Gate for MatMul {
             .map(|v| v & mask(self.bits))
             .collect()
     }
-}
-
-/// Every input must have its expected length.
-pub(crate) fn check_inputs(inputs: &[&[u64]], lens: &[usize]) -> Result<(), GateError> {
-    check_len("input wires", lens.len(), inputs.len())?;
-    for (v, &l) in inputs.iter().zip(lens) {
-        check_len("input elements", l, v.len())?;
-    }
-    Ok(())
-}
-
-/// The key must be this party's.
-pub(crate) fn check_party(ctx: &Ctx, key_party: Party) -> Result<(), GateError> {
-    if ctx.party() != key_party {
-        return Err(GateError::KeyMismatch("the key belongs to the other party"));
-    }
-    Ok(())
 }
