@@ -9,7 +9,7 @@
 //!
 //! | module | gates |
 //! |---|---|
-//! | [`arith`] | elementwise product, square, masked × masked matrix product |
+//! | [`arith`] | elementwise product, square, masked × masked matrix product (alone or batched) |
 //! | [`select`] | bit × value (select), bit-to-arithmetic |
 //! | [`cmp`] | DReLU, ReLU, interval test, row max |
 //! | [`shift`] | truncate-reduce, truncate-with-slack, sign/zero extension, exact ARS/LRS |
