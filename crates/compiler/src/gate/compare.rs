@@ -172,7 +172,7 @@ fn few_points(c: &mut FamilyChunk<'_>, plan: &FamilyPlan, s: &mut Scratch) -> Re
         s.deltas.extend(cl.iter().map(|&(_, d)| d));
         s.cmp.clear();
         s.cmp.resize(s.pts.len() * cl.len(), CmpShares::default());
-        c.keys.eval_near_of(c.range.clone(), &s.pts, &s.deltas, &mut s.cmp)?;
+        c.keys.eval_near(c.range.clone(), &s.pts, &s.deltas, &mut s.cmp)?;
         for (e, shares) in s.cmp.chunks_exact(cl.len()).enumerate() {
             for (&(k, _), &sh) in cl.iter().zip(shares) {
                 c.put(e, k, sh);
@@ -209,7 +209,7 @@ fn sorted_walk(c: &mut FamilyChunk<'_>, plan: &FamilyPlan, s: &mut Scratch) -> R
     s.eq.clear();
     s.eq.resize(if f.eq { count * ws } else { 0 }, 0);
     let eqs = if f.eq { Some(&mut s.eq[..]) } else { None };
-    c.keys.eval_sorted_bits_of(c.range.clone(), &s.pts, &s.offsets, &mut s.lt, eqs)?;
+    c.keys.eval_sorted(c.range.clone(), &s.pts, &s.offsets, &mut s.lt, eqs)?;
     let full = sub == t;
     for e in 0..count {
         let (rs, rf) = (e * ws..(e + 1) * ws, e * w..(e + 1) * w);
@@ -271,7 +271,7 @@ fn dense_windows(
         win.bits.resize(c.xh.len() * rw, 0);
         s.cmp.clear();
         s.cmp.resize(starts.len(), CmpShares::default());
-        c.keys.eval_window_end_of(c.range.clone(), &starts, r.width, &mut win.bits, &mut s.cmp)?;
+        c.keys.eval_window(c.range.clone(), &starts, r.width, &mut win.bits, Some(&mut s.cmp))?;
         for (e, &sh) in s.cmp.iter().enumerate() {
             c.put(e, r.a, sh);
         }
