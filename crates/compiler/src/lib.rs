@@ -7,8 +7,8 @@
 //! | [`spec`] | [`OperatorSpec`]: intervals, polynomial pieces, Boolean atoms, `Φ`; JSON; validation; the plaintext reference |
 //! | [`predicate`] | mask-aware rewriting of predicates into comparison shares at public points |
 //! | [`sym`] | polynomials over public values and dealer secrets: how `Φ` runs without interaction |
-//! | [`program`] | compilation into a mask-independent [`Program`] with a choice of backends |
-//! | [`gate`] | [`CompiledGate`]: the dealer's keys and the parties' online evaluation |
+//! | [`program`] | compilation into a mask-independent [`Program`] with a choice of backends: the IR, the lowering, the word builder |
+//! | [`gate`] | [`CompiledGate`]: the dealer's keys and the parties' online evaluation, one file per phase (plan, deal, compare, lookup, form, run) |
 //! | [`library`] | GeLU, SiLU, sigmoid, tanh, nExp, reciprocal, rsqrt, exact shifts, clip as specs |
 //! | [`fit`] | piecewise polynomials fitted to a function, with their error (`fusefss fit`) |
 //! | [`composite`] | softmax, LayerNorm and RMSNorm with compiled nonlinearities; the program cache |

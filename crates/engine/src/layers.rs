@@ -8,11 +8,10 @@ use std::sync::Arc;
 use compiler::composite;
 use compiler::library::GeluForm;
 use compiler::{CompiledGate, SpecError};
-use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
 use fss::rng::DealerRng;
 use fss::{DecodeError, Party};
-use gates::arith::{MatMul, MatMulKey, Mul};
+use gates::arith::{BatchedMatMul, Mul};
 use gates::keyio::GateKey;
 use gates::linalg::matmul_mod_weights;
 use gates::nonlinear::{Activation, ArsSlackDcf, ReluResidual};
@@ -254,140 +253,6 @@ pub fn build(g: &Graph, imp: Impl) -> Result<Vec<Option<Box<dyn DynGate>>>, Spec
         out.push(gate);
     }
     Ok(out)
-}
-
-/// `count` masked × masked matrix products opened in one round.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BatchedMatMul {
-    /// Ring width.
-    pub bits: u32,
-    /// Products.
-    pub count: usize,
-    /// Rows of each left operand.
-    pub m: usize,
-    /// Inner dimension.
-    pub k: usize,
-    /// Columns of each right operand.
-    pub n: usize,
-}
-
-/// A party's [`BatchedMatMul`] key (its parts zeroize themselves).
-pub struct BatchedMatMulKey {
-    party: Party,
-    keys: Vec<MatMulKey>,
-}
-
-impl std::fmt::Debug for BatchedMatMulKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BatchedMatMulKey").field("party", &self.party).finish_non_exhaustive()
-    }
-}
-
-impl BatchedMatMul {
-    fn one(&self) -> MatMul {
-        MatMul { bits: self.bits, m: self.m, k: self.k, n: self.n }
-    }
-}
-
-impl GateKey for BatchedMatMulKey {
-    type Shape = BatchedMatMul;
-
-    fn party(&self) -> Party {
-        self.party
-    }
-
-    fn write(&self, w: &mut BitWriter) {
-        self.keys.iter().for_each(|k| k.write(w));
-    }
-
-    fn read(s: &BatchedMatMul, party: Party, r: &mut BitReader<'_>) -> Result<BatchedMatMulKey, DecodeError> {
-        let keys = (0..s.count).map(|_| MatMulKey::read(&s.one(), party, r)).collect::<Result<_, _>>()?;
-        Ok(BatchedMatMulKey { party, keys })
-    }
-}
-
-impl Gate for BatchedMatMul {
-    type Key = BatchedMatMulKey;
-
-    fn input_bits(&self) -> Vec<u32> {
-        vec![self.bits, self.bits]
-    }
-
-    fn input_lens(&self) -> Vec<usize> {
-        vec![self.count * self.m * self.k, self.count * self.k * self.n]
-    }
-
-    fn output_bits(&self) -> u32 {
-        self.bits
-    }
-
-    fn output_len(&self) -> usize {
-        self.count * self.m * self.n
-    }
-
-    fn key_shape(&self) -> BatchedMatMul {
-        *self
-    }
-
-    fn keygen<R: fss::rng::CryptoRng + ?Sized>(
-        &self,
-        masks_in: &[&[u64]],
-        mask_out: &[u64],
-        rng: &mut R,
-    ) -> Result<(BatchedMatMulKey, BatchedMatMulKey), GateError> {
-        check(self.input_lens(), masks_in)?;
-        let (one, (a, b, c)) = (self.one(), (self.m * self.k, self.k * self.n, self.m * self.n));
-        let (mut k0, mut k1) = (vec![], vec![]);
-        for i in 0..self.count {
-            let ins = [&masks_in[0][i * a..(i + 1) * a], &masks_in[1][i * b..(i + 1) * b]];
-            let (x, y) = one.keygen(&ins, &mask_out[i * c..(i + 1) * c], rng)?;
-            k0.push(x);
-            k1.push(y);
-        }
-        Ok((BatchedMatMulKey { party: Party::P0, keys: k0 }, BatchedMatMulKey { party: Party::P1, keys: k1 }))
-    }
-
-    async fn eval(
-        &self,
-        ctx: &Ctx,
-        key: &BatchedMatMulKey,
-        inputs: &[&[u64]],
-    ) -> Result<Vec<u64>, GateError> {
-        check(self.input_lens(), inputs)?;
-        if key.party != ctx.party() {
-            return Err(GateError::KeyMismatch("the key belongs to the other party"));
-        }
-        let (one, (a, b)) = (self.one(), (self.m * self.k, self.k * self.n));
-        let shares: Vec<u64> = (0..self.count)
-            .flat_map(|i| {
-                one.share(
-                    ctx.party(),
-                    &key.keys[i],
-                    &inputs[0][i * a..(i + 1) * a],
-                    &inputs[1][i * b..(i + 1) * b],
-                )
-            })
-            .collect();
-        ctx.open(&shares, self.bits).await
-    }
-
-    fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
-        let (one, (a, b)) = (self.one(), (self.m * self.k, self.k * self.n));
-        (0..self.count)
-            .flat_map(|i| one.reference(&[&inputs[0][i * a..(i + 1) * a], &inputs[1][i * b..(i + 1) * b]]))
-            .collect()
-    }
-}
-
-fn check(lens: Vec<usize>, inputs: &[&[u64]]) -> Result<(), GateError> {
-    if lens.len() != inputs.len() || lens.iter().zip(inputs).any(|(&l, v)| l != v.len()) {
-        return Err(GateError::Length {
-            what: "matrix product operands",
-            expected: lens.iter().sum(),
-            actual: inputs.iter().map(|v| v.len()).sum(),
-        });
-    }
-    Ok(())
 }
 
 /// The gate of every node of a program (`None` for local nodes), as [`build`] makes them.

@@ -27,12 +27,12 @@
 use crate::codec::{self, BitReader, BitWriter, Header, KeyKind};
 use crate::dpf::MAX_FULL_DOMAIN_BITS;
 use crate::error::{DecodeError, FssError};
-use crate::prg::{AesBlock, HashKey, Prg};
+use crate::prg::{AesBlock, HashKey, Prg, pad};
 use crate::ring::mask;
 use crate::rng::{CryptoRng, random_seed};
 use crate::share::Party;
 use crate::tree::{DealerTrees, TreeKeys, path_bit};
-use crate::walk::{self, Walk, pad};
+use crate::walk::{self, Walk};
 
 /// Largest payload `K` (words per point).
 pub const MAX_PAYLOAD_WORDS: u32 = 8;

@@ -53,7 +53,7 @@ pub fn less_than_public(
     let points: Vec<u64> = pairs.iter().map(|p| p.0).collect();
     let offsets: Vec<usize> = (0..=keys.len()).map(|e| e * per).collect();
     let mut shares = vec![CmpShares::default(); points.len()];
-    keys.eval_sorted(&points, &offsets, &mut shares)?;
+    keys.eval_sorted_shares(&points, &offsets, &mut shares)?;
     let mut lt = vec![XorBit::default(); per];
     for (e, &xh) in masked.iter().enumerate() {
         for i in e * per..(e + 1) * per {

@@ -17,12 +17,12 @@
 
 use crate::codec::{self, BitReader, BitWriter, Header, KeyKind};
 use crate::error::{DecodeError, FssError};
-use crate::prg::{AesBlock, HashKey, Prg};
+use crate::prg::{AesBlock, HashKey, Prg, pad};
 use crate::ring::mask;
 use crate::rng::{CryptoRng, random_seed};
 use crate::share::{AddShare, Party};
 use crate::tree::{DealerTrees, TreeKeys, path_bit};
-use crate::walk::{self, Walk, pad};
+use crate::walk::{self, Walk};
 
 /// Shape of a DCF: input width `n`, output width `ℓ`, payload words `K`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -14,12 +14,12 @@
 
 use crate::codec::{self, BitReader, BitWriter, Header, KeyKind};
 use crate::error::{DecodeError, FssError};
-use crate::prg::{AesBlock, HashKey, Prg};
+use crate::prg::{AesBlock, HashKey, Prg, pad};
 use crate::ring::mask;
 use crate::rng::{CryptoRng, random_seed};
 use crate::share::{AddShare, Party};
 use crate::tree::{DealerTrees, TreeKeys, path_bit};
-use crate::walk::{self, Walk, pad};
+use crate::walk::{self, Walk};
 
 /// Largest domain [`DpfKeys::full_domain`] expands (`2^24` outputs).
 pub const MAX_FULL_DOMAIN_BITS: u32 = 24;

@@ -10,7 +10,7 @@
 //! | [`share`] | [`Party`], additive and XOR share types |
 //! | [`prg`] | fixed-key AES σ-MMO hash, batched (docs/design/fss-building-blocks.md §2) |
 //! | [`dpf`] | BGI16 point function with `ℓ`-bit output, full-domain evaluation (§3) |
-//! | [`bitdpf`] | 1-bit DPF with early termination; `=`, `<`, `>` by prefix parity (§3.3, §4) |
+//! | [`bitdpf`] | 1-bit DPF with early termination; `=`, `<`, `>` by prefix parity (§3.3, §4); per-point, sorted and window walks |
 //! | [`compare`] | one key per masked wire answering many public thresholds (§6.1) |
 //! | [`dcf`] | BCG+21 comparison function with `K`-word vector payloads (§5) |
 //! | [`adpf`] | arithmetic DPF, early termination, `K`-word payloads, for lookup tables (§3.3) |

@@ -20,6 +20,16 @@ use std::sync::OnceLock;
 use aes::Aes128Enc;
 use aes::cipher::{BlockCipherEncrypt, KeyInit};
 
+/// Blocks the `aes` crate's widest backend encrypts per step: calls are padded to a multiple
+/// (a remainder would be encrypted one block at a time, ~4× slower per block).
+pub(crate) const PAR: usize = 64;
+
+/// `n` rounded up to a multiple of [`PAR`].
+#[inline]
+pub(crate) fn pad(n: usize) -> usize {
+    n.next_multiple_of(PAR)
+}
+
 /// An AES block as the `aes` crate stores it.
 pub type AesBlock = aes::Block;
 
@@ -105,7 +115,7 @@ impl Prg {
                 *d = to_block(sigma(x));
             }
             // Whole 64-block batches: a remainder would be encrypted one block at a time.
-            let padded = crate::walk::pad(m);
+            let padded = pad(m);
             self.encrypt(j, &sig[..padded], &mut enc[..padded]);
             for k in 0..m {
                 o[k] = from_block(&enc[k]) ^ from_block(&sig[k]);

@@ -15,23 +15,13 @@ use rayon::prelude::*;
 
 use crate::codec::BitReader;
 use crate::error::{DecodeError, FssError};
-use crate::prg::{AesBlock, HashKey, Prg};
+use crate::prg::{AesBlock, HashKey, Prg, pad};
 use crate::ring::mask;
 use crate::tree::TreeKeys;
 
 /// Lanes evaluated together by one thread: keeps a level's buffers in L1/L2 and AES calls
 /// long enough to run at full speed.
 pub const CHUNK: usize = 256;
-
-/// Blocks the `aes` crate's widest backend encrypts per step: calls are padded to a multiple
-/// (a remainder would be encrypted one block at a time, ~4× slower per block).
-pub(crate) const PAR: usize = 64;
-
-/// `n` rounded up to a multiple of [`PAR`].
-#[inline]
-pub(crate) fn pad(n: usize) -> usize {
-    n.next_multiple_of(PAR)
-}
 
 /// The low and high halves of an AES block.
 #[inline(always)]
@@ -63,7 +53,7 @@ pub(crate) struct Walk {
     /// `descend_all::<true>` only.
     pub acc: Vec<u64>,
     pub prev: Vec<u64>,
-    /// `σ(s)` of every lane (padded to [`PAR`]).
+    /// `σ(s)` of every lane (padded to [`PAR`](crate::prg::PAR)).
     sig: Vec<AesBlock>,
 }
 

@@ -2,12 +2,28 @@
 //! edge points at larger `n`, random keys at `n = 37, 50, 64`, vector payloads, and the
 //! indexed, trie and full-domain evaluators against the truth.
 
-use fss::bitdpf::{self, BitDpfParams, CmpShares};
+use fss::bitdpf::{self, BitDpfKeys, BitDpfParams, CmpShares};
 use fss::dcf::{self, DcfParams};
 use fss::dpf::{self, DpfParams};
 use fss::ring::mask;
 use fss::rng::{DealerRng, Rng, SeedableRng};
 use fss::{AddShare, FssError, Party, XorBit, compare};
+
+/// [`BitDpfKeys::eval_sorted`] over every key, its bit-packed shares unpacked to the points'
+/// positions.
+fn eval_sorted(
+    k: &BitDpfKeys,
+    points: &[u64],
+    offsets: &[usize],
+    out: &mut [CmpShares],
+) -> Result<(), FssError> {
+    assert_eq!(points.len(), out.len());
+    let words = bitdpf::sorted_words(offsets);
+    let (mut lt, mut eq) = (vec![0u64; words], vec![0u64; words]);
+    k.eval_sorted(0..k.len(), points, offsets, &mut lt, Some(&mut eq))?;
+    bitdpf::unpack_sorted(offsets, &lt, &eq, out);
+    Ok(())
+}
 
 fn rng(seed: u64) -> DealerRng {
     DealerRng::seed_from_u64(seed)
@@ -135,7 +151,7 @@ fn bitdpf_exhaustive_small_domains() {
         let dom = 1usize << n;
         let offsets: Vec<usize> = (0..=alphas.len()).map(|g| g * dom).collect();
         let mut t0 = vec![CmpShares::default(); pts.len()];
-        k0.eval_sorted(&pts, &offsets, &mut t0).unwrap();
+        eval_sorted(&k0, &pts, &offsets, &mut t0).unwrap();
         assert_eq!(t0, s0, "trie n={n}");
         // Full domain of all keys at once: bit j of key a's table is its equality share at j.
         let (f0, f1) = (k0.full_domain(0..alphas.len()).unwrap(), k1.full_domain(0..alphas.len()).unwrap());
@@ -175,8 +191,8 @@ fn bitdpf_large_domains_edge_and_random() {
         let (mut l0, mut l1, mut t0, mut t1) = (blank.clone(), blank.clone(), blank.clone(), blank);
         k0.eval_indexed(&idx, &pts, &mut l0).unwrap();
         k1.eval_indexed(&idx, &pts, &mut l1).unwrap();
-        k0.eval_sorted(&pts, &offsets, &mut t0).unwrap();
-        k1.eval_sorted(&pts, &offsets, &mut t1).unwrap();
+        eval_sorted(&k0, &pts, &offsets, &mut t0).unwrap();
+        eval_sorted(&k1, &pts, &offsets, &mut t1).unwrap();
         for (j, &y) in pts.iter().enumerate() {
             let a = alphas[idx[j] as usize];
             check_cmp(l0[j], l1[j], y, a, &format!("lanes n={n} a={a:#x} y={y:#x}"));
@@ -208,8 +224,8 @@ fn bitdpf_trie_with_many_lone_points_per_key() {
         let blank = vec![CmpShares::default(); pts.len()];
         let (mut l0, mut t0, mut t1) = (blank.clone(), blank.clone(), blank);
         k0.eval_indexed(&idx, &pts, &mut l0).unwrap();
-        k0.eval_sorted(&pts, &offsets, &mut t0).unwrap();
-        k1.eval_sorted(&pts, &offsets, &mut t1).unwrap();
+        eval_sorted(&k0, &pts, &offsets, &mut t0).unwrap();
+        eval_sorted(&k1, &pts, &offsets, &mut t1).unwrap();
         assert_eq!(t0, l0, "trie and lanes agree ({per_key:?})");
         for (j, &y) in pts.iter().enumerate() {
             check_cmp(t0[j], t1[j], y, alphas[idx[j] as usize], &format!("{per_key:?} point {j}"));
@@ -436,8 +452,8 @@ fn misuse_is_a_typed_error() {
     let bp = BitDpfParams::new(20).unwrap();
     let (b0, _) = bitdpf::keygen(bp, &[5], &mut r).unwrap();
     let mut s = [CmpShares::default(); 2];
-    assert_eq!(b0.eval_sorted(&[9, 3], &[0, 2], &mut s), Err(FssError::Unsorted));
-    assert!(b0.eval_sorted(&[3, 9], &[0, 1], &mut s).is_err());
+    assert_eq!(eval_sorted(&b0, &[9, 3], &[0, 2], &mut s), Err(FssError::Unsorted));
+    assert!(eval_sorted(&b0, &[3, 9], &[0, 1], &mut s).is_err());
     let big = DpfParams::new(30, 8).unwrap();
     let (kb, _) = dpf::keygen(big, &[0], &[0], &mut r).unwrap();
     assert!(matches!(kb.full_domain(0..1), Err(FssError::DomainTooLarge { .. })));
@@ -503,8 +519,8 @@ fn bitdpf_windows() {
                 .collect();
             let words = width.div_ceil(64);
             let (mut w0, mut w1) = (vec![0u64; keys * words], vec![0u64; keys * words]);
-            k0.eval_window_bits(&starts, width, &mut w0).unwrap();
-            k1.eval_window_bits(&starts, width, &mut w1).unwrap();
+            k0.eval_window(0..k0.len(), &starts, width, &mut w0, None).unwrap();
+            k1.eval_window(0..k1.len(), &starts, width, &mut w1, None).unwrap();
             for i in 0..keys {
                 for u in 0..width {
                     let bit = |w: &[u64]| (w[i * words + u / 64] >> (u % 64)) & 1;
@@ -527,8 +543,8 @@ fn bitdpf_windows() {
                 let st = &starts[range.clone()];
                 let mut w = vec![0u64; len * words];
                 let (mut e0, mut e1) = (vec![CmpShares::default(); len], vec![CmpShares::default(); len]);
-                k0.eval_window_end_of(range.clone(), st, width, &mut w, &mut e0).unwrap();
-                k1.eval_window_end_of(range.clone(), st, width, &mut vec![0u64; len * words], &mut e1)
+                k0.eval_window(range.clone(), st, width, &mut w, Some(&mut e0)).unwrap();
+                k1.eval_window(range.clone(), st, width, &mut vec![0u64; len * words], Some(&mut e1))
                     .unwrap();
                 assert_eq!(w, w0[range.start * words..range.end * words], "n {n} width {width}");
                 let ends: Vec<u64> = st.iter().map(|&s| s.wrapping_add(width as u64 - 1) & mask(n)).collect();
@@ -547,7 +563,7 @@ fn bitdpf_windows() {
                 }
             }
         }
-        let bad = k0.eval_window_bits(&vec![0; keys], 0, &mut []);
+        let bad = k0.eval_window(0..k0.len(), &vec![0; keys], 0, &mut [], None);
         assert!(bad.is_err());
     }
 }
@@ -574,8 +590,8 @@ fn bitdpf_near_points_share_a_walk() {
         let deltas = [0u64, 1, 2, 127, 128, 300];
         let d = deltas.len();
         let mut near = [vec![CmpShares::default(); keys * d], vec![CmpShares::default(); keys * d]];
-        k0.eval_near(&points, &deltas, &mut near[0]).unwrap();
-        k1.eval_near(&points, &deltas, &mut near[1]).unwrap();
+        k0.eval_near(0..k0.len(), &points, &deltas, &mut near[0]).unwrap();
+        k1.eval_near(0..k1.len(), &points, &deltas, &mut near[1]).unwrap();
         for (j, &dj) in deltas.iter().enumerate() {
             let pts: Vec<u64> = points.iter().map(|&y| y.wrapping_sub(dj) & m).collect();
             let mut one = vec![CmpShares::default(); keys];
@@ -594,11 +610,11 @@ fn bitdpf_near_points_share_a_walk() {
     }
     // Shapes are checked.
     let (k0, _) = bitdpf::keygen(BitDpfParams::new(9).unwrap(), &[1, 2], &mut r).unwrap();
-    assert!(k0.eval_near(&[0, 1], &[0, 1], &mut [CmpShares::default(); 3]).is_err());
-    assert!(k0.eval_near(&[0, 1 << 9], &[0], &mut [CmpShares::default(); 2]).is_err());
+    assert!(k0.eval_near(0..k0.len(), &[0, 1], &[0, 1], &mut [CmpShares::default(); 3]).is_err());
+    assert!(k0.eval_near(0..k0.len(), &[0, 1 << 9], &[0], &mut [CmpShares::default(); 2]).is_err());
 }
 
-/// The `_of` evaluators read a range of a batch in place and answer exactly as the range
+/// The evaluators read a range of a batch in place and answer exactly as the range
 /// copied out (`slice`) does; a range outside the batch is an error.
 #[test]
 fn bitdpf_key_ranges_match_slices() {
@@ -615,14 +631,14 @@ fn bitdpf_key_ranges_match_slices() {
             let pts: Vec<u64> = range.clone().map(|i| alphas[i].wrapping_add(r.next_u64() % 5) & m).collect();
             let deltas = [0u64, 1, 3];
             let (mut a, mut b) = (vec![CmpShares::default(); len * 3], vec![CmpShares::default(); len * 3]);
-            cut.eval_near(&pts, &deltas, &mut a).unwrap();
-            k0.eval_near_of(range.clone(), &pts, &deltas, &mut b).unwrap();
+            cut.eval_near(0..cut.len(), &pts, &deltas, &mut a).unwrap();
+            k0.eval_near(range.clone(), &pts, &deltas, &mut b).unwrap();
             assert_eq!(a, b, "near n={n} {range:?}");
             let width: usize = 200.min(1 << n);
             let words = width.div_ceil(64);
             let (mut a, mut b) = (vec![0u64; len * words], vec![0u64; len * words]);
-            cut.eval_window_bits(&pts, width, &mut a).unwrap();
-            k0.eval_window_bits_of(range.clone(), &pts, width, &mut b).unwrap();
+            cut.eval_window(0..cut.len(), &pts, width, &mut a, None).unwrap();
+            k0.eval_window(range.clone(), &pts, width, &mut b, None).unwrap();
             assert_eq!(a, b, "window n={n} {range:?}");
             // Three sorted points per key.
             let sorted: Vec<u64> = pts
@@ -637,12 +653,12 @@ fn bitdpf_key_ranges_match_slices() {
             let words = bitdpf::sorted_words(&offsets);
             let (mut a, mut b) = (vec![0u64; words], vec![0u64; words]);
             let (mut ea, mut eb) = (vec![0u64; words], vec![0u64; words]);
-            cut.eval_sorted_bits(&sorted, &offsets, &mut a, Some(&mut ea)).unwrap();
-            k0.eval_sorted_bits_of(range.clone(), &sorted, &offsets, &mut b, Some(&mut eb)).unwrap();
+            cut.eval_sorted(0..cut.len(), &sorted, &offsets, &mut a, Some(&mut ea)).unwrap();
+            k0.eval_sorted(range.clone(), &sorted, &offsets, &mut b, Some(&mut eb)).unwrap();
             assert_eq!((a, ea), (b, eb), "sorted n={n} {range:?}");
         }
         let mut out = vec![CmpShares::default(); 2];
-        assert!(k0.eval_near_of(299..301, &[0, 0], &[0], &mut out).is_err());
-        assert!(k0.eval_window_bits_of(301..302, &[0], 8, &mut [0u64]).is_err());
+        assert!(k0.eval_near(299..301, &[0, 0], &[0], &mut out).is_err());
+        assert!(k0.eval_window(301..302, &[0], 8, &mut [0u64], None).is_err());
     }
 }

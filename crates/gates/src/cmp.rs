@@ -10,12 +10,11 @@ use fss::rng::CryptoRng;
 use fss::{AddShare, DecodeError, Party, XorBit, compare};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
-use crate::arith::{check_inputs, check_party};
 use crate::dealer::{random_words, share, share_bits};
 use crate::error::{GateError, check_len};
 use crate::gate::Gate;
 use crate::keyio::{GateKey, get_bits, get_words, key_debug, put_bits, put_words};
-use crate::nonlinear::unary;
+use crate::kit::{check_inputs, check_party, unary};
 use crate::online::Ctx;
 use crate::select::{Select, SelectKey};
 

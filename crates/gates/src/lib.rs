@@ -9,7 +9,7 @@
 //!
 //! | module | gates |
 //! |---|---|
-//! | [`arith`] | elementwise product, square, masked × masked matrix product |
+//! | [`arith`] | elementwise product, square, masked × masked matrix product (alone or batched) |
 //! | [`select`] | bit × value (select), bit-to-arithmetic |
 //! | [`cmp`] | DReLU, ReLU, interval test, row max |
 //! | [`shift`] | truncate-reduce, truncate-with-slack, sign/zero extension, exact ARS/LRS |
@@ -20,7 +20,8 @@
 //! | [`nonlinear`] | clip, DCF truncate-reduce, GeLU/SiLU, `e^{−x}`, reciprocal (SIGMA's CPU build) |
 //!
 //! [`online`] is the sans-IO online runtime, [`harness`] runs a gate between two in-memory
-//! parties and counts key bytes, communication and rounds.
+//! parties and counts key bytes, communication and rounds. The gate files share their
+//! argument checks and the one-input `Gate` plumbing through a private gate kit (`kit`).
 
 pub mod arith;
 pub mod cmp;
@@ -29,6 +30,7 @@ pub mod error;
 pub mod gate;
 pub mod harness;
 pub mod keyio;
+mod kit;
 pub mod linalg;
 pub mod lut;
 pub mod nonlinear;

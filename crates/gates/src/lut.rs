@@ -18,13 +18,12 @@ use fss::{DecodeError, Party};
 use rayon::prelude::*;
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
-use crate::arith::{check_inputs, check_party};
 use crate::dealer::{random_bits, random_words, share, share_bits};
 use crate::error::{GateError, check_len};
 use crate::gate::Gate;
 use crate::keyio::{GateKey, get_bits, get_words, key_debug, put_bits, put_words};
+use crate::kit::{check_inputs, check_party, party_term};
 use crate::online::Ctx;
-use crate::shift::party_term;
 
 /// `y = T[x]` for `x ∈ Z_{2^in_bits}` and a public table `T` of `ℓ = out_bits`-bit words.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -13,16 +13,17 @@ use fss::rng::CryptoRng;
 use fss::{AddShare, DecodeError, Party, Ring};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
-use crate::arith::{Mul, MulKey, check_inputs, check_party};
+use crate::arith::{Mul, MulKey};
 use crate::cmp::{Drelu, DreluKey};
 use crate::dealer::{random_words, share};
 use crate::error::{GateError, check_len};
 use crate::gate::Gate;
 use crate::keyio::{GateKey, get_words, key_debug, put_words};
+use crate::kit::{check_inputs, check_party, party_term, unary};
 use crate::lut::{Lut, LutKey};
 use crate::online::Ctx;
 use crate::select::{Select, SelectKey};
-use crate::shift::{ArsSlack, ArsSlackKey, TruncReduce, TruncReduceKey, party_term};
+use crate::shift::{ArsSlack, ArsSlackKey, TruncReduce, TruncReduceKey};
 
 /// A table of `2^in_bits` words `⌊f(i)⌋` (non-negative), reduced to `out_bits`.
 pub fn floor_table(in_bits: u32, out_bits: u32, f: impl Fn(u64) -> f64) -> Arc<[u64]> {
@@ -147,58 +148,6 @@ impl Clip {
         u.wrapping_add(k - 1) & mask(self.out_bits)
     }
 }
-
-/// Implements the [`Gate`] plumbing for a one-input gate with `in_bits()`, `out_bits()`,
-/// `deal`, `run` and `plain`.
-macro_rules! unary {
-    ($shape:ty, $key:ty) => {
-        impl Gate for $shape {
-            type Key = $key;
-
-            fn input_bits(&self) -> Vec<u32> {
-                vec![self.input_width()]
-            }
-
-            fn input_lens(&self) -> Vec<usize> {
-                vec![self.len]
-            }
-
-            fn output_bits(&self) -> u32 {
-                self.output_width()
-            }
-
-            fn output_len(&self) -> usize {
-                self.len
-            }
-
-            fn key_shape(&self) -> $shape {
-                self.clone()
-            }
-
-            fn keygen<R: CryptoRng + ?Sized>(
-                &self,
-                masks_in: &[&[u64]],
-                mask_out: &[u64],
-                rng: &mut R,
-            ) -> Result<($key, $key), GateError> {
-                check_inputs(masks_in, &self.input_lens())?;
-                check_len("output mask", self.len, mask_out.len())?;
-                self.deal(masks_in[0], mask_out, rng)
-            }
-
-            async fn eval(&self, ctx: &Ctx, key: &$key, inputs: &[&[u64]]) -> Result<Vec<u64>, GateError> {
-                check_inputs(inputs, &self.input_lens())?;
-                check_party(ctx, key.party)?;
-                self.run(ctx, key, inputs[0]).await
-            }
-
-            fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
-                inputs[0].iter().map(|&x| self.plain(x)).collect()
-            }
-        }
-    };
-}
-pub(crate) use unary;
 
 impl Clip {
     fn input_width(&self) -> u32 {

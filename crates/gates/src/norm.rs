@@ -14,13 +14,14 @@ use fss::rng::CryptoRng;
 use fss::{DecodeError, Party};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
-use crate::arith::{Mul, MulKey, check_inputs, check_party};
+use crate::arith::{Mul, MulKey};
 use crate::dealer::{random_words, share};
 use crate::error::{GateError, check_len};
 use crate::gate::{Gate, KeyPair};
 use crate::keyio::{GateKey, get_words, key_debug, put_words};
+use crate::kit::{check_inputs, check_party, party_term};
 use crate::online::Ctx;
-use crate::shift::{ArsSlack, ArsSlackKey, party_term};
+use crate::shift::{ArsSlack, ArsSlackKey};
 use crate::unary::{KeyOf, SigmaRsqrt, SigmaShift, UnaryFamily};
 
 /// `V_i = Σ_j x_ij²` over the rows of a `rows × cols` matrix: each party sums its shares of

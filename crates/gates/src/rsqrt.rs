@@ -18,15 +18,15 @@ use fss::rng::CryptoRng;
 use fss::{AddShare, DecodeError, Party};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
-use crate::arith::{Mul, MulKey, check_inputs, check_party};
+use crate::arith::{Mul, MulKey};
 use crate::dealer::{random_words, share};
 use crate::error::{GateError, check_len};
 use crate::gate::Gate;
 use crate::keyio::{GateKey, get_words, key_debug, put_words};
+use crate::kit::{check_inputs, check_party, party_term, unary};
 use crate::lut::{Lut, LutKey};
-use crate::nonlinear::{floor_table, unary};
+use crate::nonlinear::floor_table;
 use crate::online::Ctx;
-use crate::shift::party_term;
 
 /// Width of the pseudo-float index.
 const INDEX_BITS: u32 = 13;

@@ -16,11 +16,11 @@ use fss::rng::CryptoRng;
 use fss::{DecodeError, Party};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
-use crate::arith::{check_inputs, check_party};
 use crate::dealer::share;
 use crate::error::{GateError, check_len};
 use crate::gate::Gate;
 use crate::keyio::{GateKey, get_words, key_debug, put_words};
+use crate::kit::{check_inputs, check_party};
 use crate::online::Ctx;
 
 /// `z = b·y` for a masked bit `b` (input 0) and a masked value `y ∈ Z_{2^bits}` (input 1).

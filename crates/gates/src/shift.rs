@@ -13,17 +13,12 @@ use fss::rng::CryptoRng;
 use fss::{DecodeError, Party, Ring};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
-use crate::arith::{check_inputs, check_party};
 use crate::dealer::{random_bits, random_words, share, share_bits};
 use crate::error::{GateError, check_len};
 use crate::gate::Gate;
 use crate::keyio::{GateKey, get_bits, get_words, key_debug, put_bits, put_words};
+use crate::kit::{check_inputs, check_party, party_term};
 use crate::online::Ctx;
-
-/// 1 for party 0 (who adds public terms), 0 for party 1.
-pub(crate) fn party_term(p: Party) -> u64 {
-    (p == Party::P0) as u64
-}
 
 /// Shape of a [`CarryKey`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

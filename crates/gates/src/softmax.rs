@@ -9,12 +9,13 @@ use fss::rng::CryptoRng;
 use fss::{DecodeError, Party};
 use zeroize::Zeroize;
 
-use crate::arith::{Mul, MulKey, check_inputs, check_party};
+use crate::arith::{Mul, MulKey};
 use crate::cmp::{MaxTree, MaxTreeKey};
 use crate::dealer::{random_words, share};
 use crate::error::{GateError, check_len};
 use crate::gate::{Gate, KeyPair};
 use crate::keyio::{GateKey, get_words, put_words};
+use crate::kit::{check_inputs, check_party};
 use crate::online::{Ctx, join};
 use crate::shift::{ArsSlack, ArsSlackKey};
 use crate::unary::{KeyOf, SigmaNExp, SigmaReciprocal, UnaryFamily};

@@ -1,0 +1,969 @@
+//! The lowering of one spec with fixed backend choices: its comparisons as leaves of the
+//! packed comparison, its pieces through the chosen lookup, `Φ` as symbolic polynomials,
+//! and the exchanges they need, assembled into a [`Program`].
+
+use std::collections::HashMap;
+
+use fss::ring::mask;
+
+use super::ir::{
+    CmpBackend, DcfPlan, Exchange, LookupBackend, LookupPlan, MAX_TABLE_BITS, Program, TablePlan,
+};
+use super::prep::alignment_runs;
+use super::words::Builder;
+use crate::predicate::{Families, FullWidth, LinBit, SplitBit, renumber, step_bits, step_bits_high};
+use crate::spec::{Atom, BoolExpr, Kind, Node, OperatorSpec, Output, SpecError, word};
+use crate::sym::{Mono, PVar, SVar, Sym};
+
+/// A Boolean value during lowering.
+#[derive(Clone, Debug)]
+enum BExpr {
+    Leaf(LinBit),
+    /// A local XOR share that is not a comparison bit (a lookup output's low bit).
+    Loc(u32),
+    And(Vec<BExpr>),
+    Xor(Vec<BExpr>),
+    Not(Box<BExpr>),
+}
+
+impl BExpr {
+    fn constant(b: bool) -> BExpr {
+        BExpr::Leaf(LinBit::constant(b))
+    }
+
+    fn xor(a: BExpr, b: BExpr) -> BExpr {
+        match (a, b) {
+            (BExpr::Leaf(x), BExpr::Leaf(y)) => BExpr::Leaf(x.xor(&y)),
+            (a, b) => BExpr::Xor(vec![a, b]),
+        }
+    }
+
+    fn not(a: BExpr) -> BExpr {
+        match a {
+            BExpr::Leaf(x) => BExpr::Leaf(x.not()),
+            a => BExpr::Not(Box::new(a)),
+        }
+    }
+
+    fn and(a: BExpr, b: BExpr) -> BExpr {
+        match (a, b) {
+            (BExpr::Leaf(x), _) if x.as_constant() == Some(false) => BExpr::constant(false),
+            (_, BExpr::Leaf(y)) if y.as_constant() == Some(false) => BExpr::constant(false),
+            (BExpr::Leaf(x), b) if x.as_constant() == Some(true) => b,
+            (a, BExpr::Leaf(y)) if y.as_constant() == Some(true) => a,
+            (a, b) => BExpr::And(vec![a, b]),
+        }
+    }
+
+    fn or(a: BExpr, b: BExpr) -> BExpr {
+        // a ∨ b = ¬(¬a ∧ ¬b)
+        BExpr::not(BExpr::and(BExpr::not(a), BExpr::not(b)))
+    }
+}
+
+/// The lowering of one spec with fixed backend choices.
+pub(super) struct Lower<'a> {
+    orig: &'a OperatorSpec,
+    spec: &'a OperatorSpec,
+    cmp: CmpBackend,
+    backend: LookupBackend,
+    fams: Families,
+    /// Leaves by content, and their order.
+    leaf_ids: HashMap<LinBit, u32>,
+    leaves: Vec<LinBit>,
+    /// Opened bits: leaf → bit index.
+    open_ids: HashMap<u32, u32>,
+    opened: Vec<u32>,
+    /// Locals beyond the leaves: (availability exchange).
+    extra_locals: Vec<u32>,
+    /// Beaver products: (a − U, b − V, exchange).
+    beavers: Vec<(Sym, Sym, u32)>,
+    lookup: LookupPlan,
+    /// Lowered polynomial outputs, constants and formulas of the active piece.
+    polys: Vec<Sym>,
+    consts: Vec<Sym>,
+    bools: Vec<BExpr>,
+}
+
+impl<'a> Lower<'a> {
+    pub(super) fn new(
+        orig: &'a OperatorSpec,
+        spec: &'a OperatorSpec,
+        cmp: CmpBackend,
+        backend: LookupBackend,
+        mode: FullWidth,
+    ) -> Result<Lower<'a>, SpecError> {
+        Ok(Lower {
+            orig,
+            spec,
+            cmp,
+            backend,
+            fams: Families::new(spec.in_bits, mode),
+            leaf_ids: HashMap::new(),
+            leaves: vec![],
+            open_ids: HashMap::new(),
+            opened: vec![],
+            extra_locals: vec![],
+            beavers: vec![],
+            lookup: LookupPlan::None,
+            polys: vec![],
+            consts: vec![],
+            bools: vec![],
+        })
+    }
+
+    fn l(&self) -> u32 {
+        self.spec.out_bits
+    }
+
+    fn n(&self) -> u32 {
+        self.spec.in_bits
+    }
+
+    fn unsupported(&self, msg: impl Into<String>) -> SpecError {
+        SpecError::Phi { node: 0, msg: format!("{:?} lookup: {}", self.backend, msg.into()) }
+    }
+
+    fn leaf(&mut self, b: &LinBit) -> u32 {
+        if let Some(&i) = self.leaf_ids.get(b) {
+            return i;
+        }
+        let i = self.leaves.len() as u32;
+        self.leaves.push(b.clone());
+        self.leaf_ids.insert(b.clone(), i);
+        i
+    }
+
+    fn open(&mut self, b: &LinBit) -> u32 {
+        let leaf = self.leaf(b);
+        self.open_local(leaf)
+    }
+
+    /// Open local `id` (a leaf, or a lookup local from `LOCAL_BASE`).
+    fn open_local(&mut self, id: u32) -> u32 {
+        if let Some(&j) = self.open_ids.get(&id) {
+            return j;
+        }
+        let j = self.opened.len() as u32;
+        self.opened.push(id);
+        self.open_ids.insert(id, j);
+        j
+    }
+
+    /// The exchange after which `s` can be evaluated.
+    fn ready(&self, s: &Sym) -> u32 {
+        let mut r = 0;
+        for v in s.public_vars() {
+            r = r.max(match v {
+                PVar::Open(_) => 1,
+                PVar::Beaver(i) => self.beavers[(i / 2) as usize].2,
+                _ => 0,
+            });
+        }
+        for v in s.secret_vars() {
+            if let SVar::Local(j) = v
+                && j >= LOCAL_BASE
+            {
+                r = r.max(self.extra_locals[(j - LOCAL_BASE) as usize]);
+            }
+        }
+        r
+    }
+
+    fn split(&self, b: SplitBit, carry: Option<&LinBit>) -> BExpr {
+        match (b.q.as_constant(), carry) {
+            (Some(false), _) => BExpr::Leaf(b.a),
+            (_, Some(c)) => {
+                BExpr::xor(BExpr::Leaf(b.a), BExpr::and(BExpr::Leaf(b.q), BExpr::Leaf(c.clone())))
+            }
+            (_, None) => unreachable!("split bits only exist in split mode"),
+        }
+    }
+
+    fn carry(&mut self) -> Option<LinBit> {
+        self.fams.mode().shift().map(|f| self.fams.carry(f))
+    }
+
+    fn sb(&mut self, b: SplitBit) -> BExpr {
+        let c = self.carry();
+        self.split(b, c.as_ref())
+    }
+
+    /// The bit as a ring element.
+    fn arith(&mut self, e: &BExpr) -> Sym {
+        let l = self.l();
+        match e {
+            BExpr::Leaf(b) => match b.as_constant() {
+                Some(v) => Sym::constant(l, v as u64),
+                None => {
+                    let j = self.open(b);
+                    Sym::opened_bit(l, j)
+                }
+            },
+            BExpr::Loc(id) => {
+                let j = self.open_local(*id);
+                Sym::opened_bit(l, j)
+            }
+            BExpr::Not(a) => Sym::constant(l, 1).sub(&self.arith(a)),
+            BExpr::And(v) => {
+                let mut acc = Sym::constant(l, 1);
+                for a in v {
+                    acc = acc.mul(&self.arith(a)).expect("bits are dealer-known");
+                }
+                acc
+            }
+            BExpr::Xor(v) => {
+                let mut acc = Sym::zero(l);
+                for a in v {
+                    let b = self.arith(a);
+                    let ab = acc.mul(&b).expect("bits are dealer-known");
+                    acc = acc.add(&b).sub(&ab.scale(2));
+                }
+                acc
+            }
+        }
+    }
+
+    /// The bit as XOR shares (`bits = 1`): linear leaves stay local, factors of products are
+    /// opened.
+    fn gf2(&mut self, e: &BExpr, under: bool) -> Sym {
+        match e {
+            BExpr::Leaf(b) => match b.as_constant() {
+                Some(v) => Sym::constant(1, v as u64),
+                None if under => {
+                    let j = self.open(b);
+                    Sym::opened_bit(1, j)
+                }
+                None => Sym::secret(1, SVar::Local(self.leaf(b))),
+            },
+            BExpr::Loc(id) if under => {
+                let j = self.open_local(*id);
+                Sym::opened_bit(1, j)
+            }
+            BExpr::Loc(id) => Sym::secret(1, SVar::Local(*id)),
+            BExpr::Not(a) => Sym::constant(1, 1).add(&self.gf2(a, under)),
+            BExpr::Xor(v) => v.iter().fold(Sym::zero(1), |acc, a| acc.add(&self.gf2(a, under))),
+            BExpr::And(v) => {
+                let mut acc = Sym::constant(1, 1);
+                for a in v {
+                    acc = acc.mul(&self.gf2(a, true)).expect("opened bits are dealer-known");
+                }
+                acc
+            }
+        }
+    }
+
+    fn atom(&mut self, a: Atom) -> BExpr {
+        let n = self.n();
+        let full = |n: u32| if n == 64 { u64::MAX } else { 1u64 << n };
+        let b = match a {
+            Atom::Lt { beta } => self.fams.below(n, beta),
+            Atom::LtLow { bits, gamma } => self.fams.below(bits, gamma),
+            Atom::Msb => self.fams.below(n, 1u64 << (n - 1)).not(),
+            Atom::MsbAdd { offset } => {
+                // msb(x + c) ⟺ x ∈ [H − c, N − c) (mod N).
+                let nn = 1u128 << n;
+                let (h, c) = ((nn / 2), offset as u128);
+                let lo = ((h + nn - c) % nn) as u64;
+                let hi = (nn - c) % nn;
+                let hi_bit =
+                    if hi == 0 { self.fams.below(n, full(n)) } else { self.fams.below(n, hi as u64) };
+                let lo_bit = self.fams.below(n, lo);
+                if hi == 0 || (lo as u128) < hi { hi_bit.xor(&lo_bit) } else { hi_bit.xor(&lo_bit.not()) }
+            }
+        };
+        self.sb(b)
+    }
+
+    fn formula(&mut self, e: &BoolExpr) -> BExpr {
+        match e {
+            BoolExpr::Const(b) => BExpr::constant(*b),
+            BoolExpr::Atom(i) => self.atom(self.spec.atoms[*i]),
+            BoolExpr::Not(a) => {
+                let a = self.formula(a);
+                BExpr::not(a)
+            }
+            BoolExpr::Xor(v) => {
+                let mut acc = BExpr::constant(false);
+                for a in v {
+                    let a = self.formula(a);
+                    acc = BExpr::xor(acc, a);
+                }
+                acc
+            }
+            BoolExpr::And(v) => {
+                let mut acc = BExpr::constant(true);
+                for a in v {
+                    let a = self.formula(a);
+                    acc = BExpr::and(acc, a);
+                }
+                acc
+            }
+            BoolExpr::Or(v) => {
+                let mut acc = BExpr::constant(false);
+                for a in v {
+                    let a = self.formula(a);
+                    acc = BExpr::or(acc, a);
+                }
+                acc
+            }
+        }
+    }
+
+    /// The unsigned lift `X_u = x̂ − r + 2^n·1[x̂ < r]` in `Z_{2^ℓ}`.
+    fn lift_unsigned(&mut self) -> Sym {
+        let (n, l) = (self.n(), self.l());
+        let x = Sym::public(l, PVar::XHat).sub(&Sym::secret(l, SVar::R));
+        if l <= n {
+            return x;
+        }
+        let w = if self.spec.slack {
+            self.slack_wrap()
+        } else {
+            let w = self.fams.wrap(0);
+            let w = self.sb(w);
+            self.arith(&w)
+        };
+        x.add(&w.scale(1u64 << n))
+    }
+
+    /// For a slack spec (`u < 2^{n−1}`): the wrap `1[û < r] = msb(r)·¬msb(û)` of `u = û − r`,
+    /// a public bit times a dealer bit. It is also the wrap `1[ĥ < r_h]` of the high part
+    /// `h₀ = ĥ − r_h` of a split (`h₀ = h + c ≤ 2^{n−f−1}`, and the same two MSBs).
+    fn slack_wrap(&self) -> Sym {
+        let (n, l) = (self.n(), self.l());
+        let below = Sym::public(l, PVar::XHatBelow(1u64 << (n - 1)));
+        below.mul(&Sym::secret(l, SVar::RShr(n - 1))).expect("public times dealer-known")
+    }
+
+    /// `X` as the spec defines it (signed or unsigned lift).
+    fn lift(&mut self) -> Sym {
+        let (n, l) = (self.n(), self.l());
+        let x = self.lift_unsigned();
+        if !self.spec.signed || l <= n {
+            return x;
+        }
+        let msb = self.atom(Atom::Msb);
+        let msb = self.arith(&msb);
+        x.sub(&msb.scale(1u64 << n))
+    }
+
+    /// `C(X_u)·X_u` for a slope `C` that is `K` on a prefix `[0, B)` of the unsigned input
+    /// and 0 above (a ReLU part), when the comparisons are split and `X_u` needs its wrap
+    /// bit `w = 1[x̂ < r]`: with `g = 1[X_u < B]`, `C·X_u = K·g·(x̂ − r) + K·2^n·(g ∧ w)`, and
+    /// `g ∧ w = 1[x̂ < B]·1[(x̂ − B) mod 2^n < r]` (`X_u = x̂ − r + 2^n < B` iff
+    /// `x̂ + 2^n − B < r`): one split comparison times a public bit, where `g·X_u` would
+    /// multiply two split bits (products of up to five mask bits).
+    fn prefix_times_lift(&mut self, vals: &[u64]) -> Option<Sym> {
+        let (n, l) = (self.n(), self.l());
+        // (A slack spec's lift has no comparison in it.)
+        if l <= n || self.fams.mode().shift().is_none() || self.spec.slack {
+            return None;
+        }
+        let k = vals[0];
+        let i = vals.iter().position(|&v| v != k)?;
+        if k == 0 || vals[i..].iter().any(|&v| v != 0) {
+            return None;
+        }
+        let b = self.spec.boundaries[i];
+        let g: Vec<u64> = vals.iter().map(|&v| (v != 0) as u64).collect();
+        let g = self.step_sym(&g);
+        let xr = Sym::public(l, PVar::XHat).sub(&Sym::secret(l, SVar::R));
+        let gw = self.fams.wrap(b);
+        let gw = self.sb(gw);
+        let gw = Sym::public(l, PVar::XHatBelow(b)).mul(&self.arith(&gw)).expect("public");
+        Some(g.mul(&xr).expect("dealer-known").scale(k).add(&gw.scale(k.wrapping_mul(1u64 << n))))
+    }
+
+    /// `⌊X / 2^f⌋` by the fused identity (docs/design/compiled-gates.md §4.1, docs/design/paper.md §3.6).
+    fn shr(&mut self, f: u32) -> Sym {
+        let (n, l) = (self.n(), self.l());
+        let m = n - f;
+        let offset = if self.spec.signed { 1u64 << (n - 1) } else { 0 };
+        let c = self.fams.carry(f);
+        let c = self.arith(&BExpr::Leaf(c));
+        // The wrap term is a multiple of 2^m: it vanishes when the output ring is that narrow.
+        let w = if m >= l {
+            Sym::zero(l)
+        } else {
+            match self.fams.mode() {
+                FullWidth::Split(_) | FullWidth::Grouped(..) => {
+                    // w = L + E·c: L and E come from one point, so they are exclusive.
+                    let (lt, eq) = self.fams.high(f, offset);
+                    let lt = self.arith(&BExpr::Leaf(lt));
+                    let eq = self.arith(&BExpr::Leaf(eq));
+                    lt.add(&eq.mul(&c).expect("bits"))
+                }
+                FullWidth::Whole => {
+                    let w = self.fams.wrap(offset.wrapping_neg() & mask(n));
+                    let w = self.sb(w);
+                    self.arith(&w)
+                }
+            }
+        };
+        let a = Sym::public(l, PVar::XHatShr { offset, shift: f });
+        let mut y = a.sub(&Sym::secret(l, SVar::RShr(f))).sub(&c);
+        if m < l {
+            y = y.add(&w.scale(1u64 << m));
+        }
+        if self.spec.signed {
+            y = y.sub(&Sym::constant(l, 1u64 << (m - 1)));
+        }
+        y
+    }
+
+    /// `a · b`, through a Beaver round when a lookup share is involved.
+    fn mul(&mut self, a: &Sym, b: &Sym) -> Sym {
+        if let Ok(p) = a.mul(b) {
+            return p;
+        }
+        let l = self.l();
+        let i = self.beavers.len() as u32;
+        let (u, v) = (Sym::secret(l, SVar::Beaver(2 * i)), Sym::secret(l, SVar::Beaver(2 * i + 1)));
+        let round = self.ready(a).max(self.ready(b)) + 1;
+        self.beavers.push((a.sub(&u), b.sub(&v), round));
+        let (d, e) = (Sym::public(l, PVar::Beaver(2 * i)), Sym::public(l, PVar::Beaver(2 * i + 1)));
+        // ab = (d + u)(e + v) = de + dv + eu + uv
+        d.mul(&e)
+            .expect("public")
+            .add(&d.mul(&v).expect("dealer"))
+            .add(&e.mul(&u).expect("dealer"))
+            .add(&u.mul(&v).expect("dealer"))
+    }
+
+    /// Lower the pieces through the chosen lookup: into the active piece's polynomial
+    /// outputs, constants and formulas (`polys`, `consts`, `bools`), and the lookup plan.
+    fn pieces(&mut self) -> Result<(), SpecError> {
+        match self.backend {
+            LookupBackend::StepBits => self.step_bits_pieces(),
+            LookupBackend::IndexLut => self.index_lut_pieces(),
+            LookupBackend::ReducedView { shift } => self.reduced_view_pieces(shift),
+            LookupBackend::Dcf => self.dcf_pieces(),
+        }
+    }
+
+    /// [`LookupBackend::StepBits`]: every coefficient a step function of the interval, read
+    /// out of the comparison bits.
+    fn step_bits_pieces(&mut self) -> Result<(), SpecError> {
+        let s = self.spec;
+        let (l, np, nc) = (self.l(), s.poly_count(), s.const_count());
+        let mut x: Option<Sym> = None;
+        for j in 0..np {
+            let deg = s.pieces.iter().map(|p| p.polys[j].len()).max().unwrap_or(1);
+            let mut p = Sym::zero(l);
+            let mut xk = Sym::constant(l, 1);
+            for k in 0..deg {
+                let vals: Vec<u64> =
+                    s.pieces.iter().map(|p| word(p.polys[j].get(k).copied().unwrap_or(0), l)).collect();
+                if k == 1
+                    && deg == 2
+                    && let Some(t) = self.prefix_times_lift(&vals)
+                {
+                    p = p.add(&t);
+                    continue;
+                }
+                let c = self.step_sym(&vals);
+                p = p.add(&c.mul(&xk).expect("dealer-known"));
+                if k + 1 < deg {
+                    let x = x.get_or_insert_with(|| self.lift_unsigned()).clone();
+                    xk = xk.mul(&x).expect("dealer-known");
+                }
+            }
+            self.polys.push(p);
+        }
+        for j in 0..nc {
+            let vals: Vec<u64> = s.pieces.iter().map(|p| word(p.consts[j], l)).collect();
+            let c = self.step_sym(&vals);
+            self.consts.push(c);
+        }
+        self.piece_bools(true)?;
+        Ok(())
+    }
+
+    /// [`LookupBackend::IndexLut`]: the interval's class of identical rows, opened, and
+    /// looked up in a table.
+    fn index_lut_pieces(&mut self) -> Result<(), SpecError> {
+        let s = self.spec;
+        let (l, np, nc) = (self.l(), s.poly_count(), s.const_count());
+        if s.degree() > 0 {
+            return Err(self.unsupported("needs degree-0 pieces"));
+        }
+        // Classes of identical rows.
+        let rows: Vec<Vec<u64>> = s
+            .pieces
+            .iter()
+            .map(|p| {
+                p.polys.iter().map(|c| word(c[0], l)).chain(p.consts.iter().map(|&c| word(c, l))).collect()
+            })
+            .collect();
+        let mut class_of = HashMap::new();
+        let mut classes: Vec<Vec<u64>> = vec![];
+        let idx: Vec<u64> = rows
+            .iter()
+            .map(|r| {
+                *class_of.entry(r.clone()).or_insert_with(|| {
+                    classes.push(r.clone());
+                    classes.len() as u64 - 1
+                })
+            })
+            .collect();
+        let bits = (usize::BITS - (classes.len() - 1).leading_zeros()).max(1);
+        if bits > MAX_TABLE_BITS {
+            return Err(self.unsupported(format!("{} classes need a {bits}-bit table", classes.len())));
+        }
+        let words = np + nc;
+        if words == 0 {
+            return Err(self.unsupported("nothing to look up"));
+        }
+        let index_bits = step_bits(&mut self.fams, &s.boundaries, &idx, bits);
+        let mut opened = vec![];
+        for b in index_bits {
+            if b.q.as_constant() != Some(false) {
+                return Err(self.unsupported("index bits must be linear"));
+            }
+            opened.push(self.open(&b.a));
+        }
+        let mut table = vec![0u64; (1usize << bits) * words];
+        for (c, row) in classes.iter().enumerate() {
+            table[c * words..(c + 1) * words].copy_from_slice(row);
+        }
+        let first = self.new_locals(words, 1);
+        self.lookup = LookupPlan::Table(TablePlan {
+            domain_bits: bits,
+            table,
+            words,
+            first_local: first,
+            opened,
+            shift: 0,
+        });
+        self.table_outputs(first, np, nc);
+        self.piece_bools(true)?;
+        Ok(())
+    }
+
+    /// [`LookupBackend::ReducedView`]: a table of rows of `2^shift`, read at the opened
+    /// carry and the high bits.
+    fn reduced_view_pieces(&mut self, shift: u32) -> Result<(), SpecError> {
+        let s = self.spec;
+        let (l, np, nc) = (self.l(), s.poly_count(), s.const_count());
+        if s.degree() > 0 || s.bool_count() > 0 {
+            return Err(self.unsupported("needs degree-0 pieces and no formulas"));
+        }
+        let n = self.n();
+        if shift == 0 || shift >= n || n - shift > MAX_TABLE_BITS {
+            return Err(self.unsupported(format!("row shift {shift} on {n} bits")));
+        }
+        if s.boundaries.iter().any(|b| b & mask(shift) != 0) {
+            return Err(self.unsupported(format!("boundaries are not multiples of 2^{shift}")));
+        }
+        let k = n - shift;
+        let words = np + nc;
+        if words == 0 {
+            return Err(self.unsupported("nothing to look up"));
+        }
+        let mut table = vec![0u64; (1usize << k) * words];
+        for v in 0..1u64 << k {
+            let p = &s.pieces[s.piece_of(v << shift)];
+            let row: Vec<u64> =
+                p.polys.iter().map(|c| word(c[0], l)).chain(p.consts.iter().map(|&c| word(c, l))).collect();
+            table[v as usize * words..(v as usize + 1) * words].copy_from_slice(&row);
+        }
+        let c = self.fams.carry(shift);
+        let carry = self.open(&c);
+        let first = self.new_locals(words, 1);
+        self.lookup = LookupPlan::Table(TablePlan {
+            domain_bits: k + 1,
+            table,
+            words,
+            first_local: first,
+            opened: vec![carry],
+            shift,
+        });
+        self.table_outputs(first, np, nc);
+        Ok(())
+    }
+
+    /// [`LookupBackend::Dcf`]: the coefficients, constants and (constant) formulas as DCF
+    /// payloads, read as lookup locals.
+    fn dcf_pieces(&mut self) -> Result<(), SpecError> {
+        let s = self.spec;
+        let (l, np, nc) = (self.l(), s.poly_count(), s.const_count());
+        let constant_bools = s.pieces.iter().all(|p| p.bools.iter().all(|e| matches!(e, BoolExpr::Const(_))));
+        if !constant_bools {
+            return Err(self.unsupported("Boolean formulas must be constant per interval"));
+        }
+        let degree = s.degree();
+        let words = np * (degree + 1) + nc + s.bool_count();
+        if words == 0 {
+            return Err(self.unsupported("nothing to look up"));
+        }
+        let first = self.new_locals(words, 0);
+        self.lookup = LookupPlan::Dcf(DcfPlan { words, degree, first_local: first });
+        for j in 0..np {
+            let mut p = Sym::zero(l);
+            let mut xk = Sym::constant(l, 1);
+            for k in 0..=degree {
+                let q = Sym::secret(l, SVar::Local(first + (j * (degree + 1) + k) as u32));
+                p = p.add(&q.mul(&xk).expect("public"));
+                xk = xk.mul(&Sym::public(l, PVar::XHat)).expect("public");
+            }
+            self.polys.push(p);
+        }
+        let base = first + (np * (degree + 1)) as u32;
+        for j in 0..nc {
+            self.consts.push(Sym::secret(l, SVar::Local(base + j as u32)));
+        }
+        let base = base + nc as u32;
+        for j in 0..s.bool_count() {
+            self.bools.push(BExpr::Loc(base + j as u32));
+        }
+        Ok(())
+    }
+
+    fn new_locals(&mut self, count: usize, avail: u32) -> u32 {
+        let first = LOCAL_BASE + self.extra_locals.len() as u32;
+        self.extra_locals.extend(std::iter::repeat_n(avail, count));
+        first
+    }
+
+    fn table_outputs(&mut self, first: u32, np: usize, nc: usize) {
+        let l = self.l();
+        for j in 0..np {
+            self.polys.push(Sym::secret(l, SVar::Local(first + j as u32)));
+        }
+        for j in 0..nc {
+            self.consts.push(Sym::secret(l, SVar::Local(first + (np + j) as u32)));
+        }
+    }
+
+    /// Per-piece formulas as `⨁_F 1[x ∈ pieces with F] ∧ F`.
+    fn piece_bools(&mut self, thermometer: bool) -> Result<(), SpecError> {
+        let s = self.spec;
+        if !thermometer && s.bool_count() > 0 {
+            return Err(self.unsupported("formulas need the comparison"));
+        }
+        for j in 0..s.bool_count() {
+            // Constant formulas: one step function.
+            let consts: Vec<u64> = s
+                .pieces
+                .iter()
+                .map(|p| match p.bools[j] {
+                    BoolExpr::Const(b) => b as u64,
+                    _ => 0,
+                })
+                .collect();
+            let mut out = self.step_bool(&consts);
+            let mut formulas: Vec<&BoolExpr> =
+                s.pieces.iter().map(|p| &p.bools[j]).filter(|e| !matches!(e, BoolExpr::Const(_))).collect();
+            formulas.dedup();
+            let mut seen: Vec<&BoolExpr> = vec![];
+            for f in formulas {
+                if seen.contains(&f) {
+                    continue;
+                }
+                seen.push(f);
+                let ind: Vec<u64> = s.pieces.iter().map(|p| (&p.bools[j] == f) as u64).collect();
+                let ind = self.step_bool(&ind);
+                let v = self.formula(f);
+                out = BExpr::xor(out, BExpr::and(ind, v));
+            }
+            self.bools.push(out);
+        }
+        Ok(())
+    }
+
+    fn step_bool(&mut self, vals: &[u64]) -> BExpr {
+        if vals.iter().all(|&v| v == vals[0]) {
+            return BExpr::constant(vals[0] == 1);
+        }
+        let b = step_bits(&mut self.fams, &self.spec.boundaries, vals, 1).remove(0);
+        self.sb(b)
+    }
+
+    /// A step function of the interval as a ring element: a base plus opened bits.
+    fn step_sym(&mut self, vals: &[u64]) -> Sym {
+        let l = self.l();
+        if vals.iter().all(|&v| v == vals[0]) {
+            return Sym::constant(l, vals[0]);
+        }
+        let aligned = |f: u32| self.spec.boundaries.iter().all(|&b| b & mask(f) == 0);
+        match self.fams.mode() {
+            FullWidth::Split(f) if aligned(f) => {
+                let starts = self.spec.boundaries.clone();
+                return self.step_sym_split(f, &starts, vals);
+            }
+            FullWidth::Grouped(f, w) if aligned(f) => return self.step_sym_grouped(w, vals),
+            _ => {}
+        }
+        let spec = self.spec;
+        self.step_value(&spec.boundaries, vals, None)
+    }
+
+    /// A step function as a sum of step functions, one per run of boundaries from
+    /// [`alignment_runs`], each split at its run's alignment `g`: run `i` starts at 0 with
+    /// 0 (run 0 with `v_0`) and steps to `v_k − v_{first−1}` at each of its boundaries, so
+    /// the sum telescopes to `v_k` on interval `k`. Each run pays its own `(n − g)`-bit high
+    /// key and `g`-bit carry, and reads its boundaries as one window of high positions.
+    fn step_sym_grouped(&mut self, window_bits: u32, vals: &[u64]) -> Sym {
+        let m = mask(self.l());
+        let starts = self.spec.boundaries.clone();
+        let mut out = Sym::zero(self.l());
+        for (g, run) in alignment_runs(self.n(), &starts, 1u64 << window_bits.min(63)) {
+            let before = if run.start == 0 { 0 } else { vals[run.start - 1] };
+            let (mut s, mut v) = (vec![0u64], vec![if run.start == 0 { vals[0] } else { 0 }]);
+            for k in run.start.max(1)..run.end {
+                s.push(starts[k]);
+                v.push(vals[k].wrapping_sub(before) & m);
+            }
+            out = out.add(&self.step_sym_split(g, &s, &v));
+        }
+        out
+    }
+
+    /// A step function whose starts are all multiples of `2^f`, with the comparisons split
+    /// at `f`. With `h₀ = x̂_h − r_h` and the carry `c`, the high part of `x` is `h₀ − c`,
+    /// so `V(x) = V(h₀) − c·(V(h₀) − V(h₀ − 1))`: two step functions of `h₀` (no equality
+    /// shares) and one product of opened bits. Per value bit this opens one bit and costs
+    /// one or two words, where splitting each bit as `a ⊕ q∧c` costs two bits and seven
+    /// words.
+    fn step_sym_split(&mut self, f: u32, starts: &[u64], vals: &[u64]) -> Sym {
+        let (l, n) = (self.l(), self.n());
+        let m = mask(l);
+        let t = starts.len();
+        // V(h) − V(h − 1): the jump into interval k on its first row, 0 on its other rows.
+        let (mut ds, mut dv) = (vec![], vec![]);
+        for k in 0..t {
+            ds.push(starts[k]);
+            // With slack, `c = 1` only where `h₀ ≥ 1`: the jump at 0 is never read, and 0
+            // keeps its thresholds (at 0 and 1) out of the bits.
+            let wraps = k == 0 && self.spec.slack;
+            dv.push(if wraps { 0 } else { vals[k].wrapping_sub(vals[(k + t - 1) % t]) & m });
+            let end = starts[k] as u128 + (1u128 << f);
+            let next = starts.get(k + 1).map_or(1u128 << n, |&b| b as u128);
+            if end < next {
+                ds.push(end as u64);
+                dv.push(0);
+            }
+        }
+        let v0 = self.step_value(starts, vals, Some(f));
+        let jump = self.step_value(&ds, &dv, Some(f));
+        let c = self.fams.carry(f);
+        let c = self.arith(&BExpr::Leaf(c));
+        v0.sub(&c.mul(&jump).expect("opened bits"))
+    }
+
+    /// A step function with `vals` on the intervals from `starts`: over the whole input, or
+    /// (`high = Some(f)`) over the high part `h₀` of a split at `f`.
+    fn step_value(&mut self, starts: &[u64], vals: &[u64], high: Option<u32>) -> Sym {
+        let l = self.l();
+        if vals.iter().all(|&v| v == vals[0]) {
+            return Sym::constant(l, vals[0]);
+        }
+        // Base: the value just after the largest cyclic gap, so the offsets are small.
+        let mut sorted: Vec<u64> = vals.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let m = mask(l);
+        let mut base = sorted[0];
+        let mut gap = sorted[0].wrapping_sub(sorted[sorted.len() - 1]) & m;
+        for w in sorted.windows(2) {
+            if w[1] - w[0] > gap {
+                gap = w[1] - w[0];
+                base = w[1];
+            }
+        }
+        let offs: Vec<u64> = vals.iter().map(|&v| v.wrapping_sub(base) & m).collect();
+        let top = offs.iter().copied().max().unwrap_or(0);
+        let width = 64 - top.leading_zeros();
+        let bits: Vec<(BExpr, bool)> = match high {
+            Some(f) => step_bits_high(&mut self.fams, f, starts, &offs, width, self.spec.slack)
+                .into_iter()
+                .map(|(b, w)| (BExpr::Leaf(b), w))
+                .collect(),
+            None => step_bits(&mut self.fams, starts, &offs, width)
+                .into_iter()
+                .map(|b| (self.sb(b), false))
+                .collect(),
+        };
+        let mut out = Sym::constant(l, base);
+        for (t, (e, wraps)) in bits.into_iter().enumerate() {
+            let mut a = self.arith(&e);
+            if wraps {
+                // a ⊕ w = a + w − 2·a·w.
+                let w = self.slack_wrap();
+                let aw = a.mul(&w).expect("dealer-known");
+                a = a.add(&w).sub(&aw.scale(2));
+            }
+            out = out.add(&a.scale(1u64 << t));
+        }
+        out
+    }
+
+    pub(super) fn run(mut self) -> Result<Program, SpecError> {
+        let s = self.spec;
+        let l = self.l();
+        self.pieces()?;
+        #[derive(Clone)]
+        enum V {
+            A(Sym),
+            B(BExpr),
+        }
+        let mut outs: Vec<V> = vec![];
+        if let Some(phi) = &s.phi {
+            let mut vals: Vec<V> = Vec::with_capacity(phi.nodes.len());
+            let a = |vals: &[V], k: usize| match &vals[k] {
+                V::A(x) => x.clone(),
+                V::B(_) => unreachable!("validated"),
+            };
+            let b = |vals: &[V], k: usize| match &vals[k] {
+                V::B(x) => x.clone(),
+                V::A(_) => unreachable!("validated"),
+            };
+            for node in &phi.nodes {
+                let v = match *node {
+                    Node::Const { value } => V::A(Sym::constant(l, word(value, l))),
+                    Node::X => V::A(self.lift()),
+                    Node::Poly { index } => V::A(self.polys[index].clone()),
+                    Node::Aux { index } => V::A(self.consts[index].clone()),
+                    Node::Kappa { index } => V::A(Sym::secret(l, SVar::Kappa(index as u32))),
+                    Node::Add { a: p, b: q } => V::A(a(&vals, p).add(&a(&vals, q))),
+                    Node::Sub { a: p, b: q } => V::A(a(&vals, p).sub(&a(&vals, q))),
+                    Node::Scale { a: p, by } => V::A(a(&vals, p).scale(word(by, l))),
+                    Node::Mul { a: p, b: q } => V::A(self.mul(&a(&vals, p), &a(&vals, q))),
+                    Node::B2a { a: p } => V::A(self.arith(&b(&vals, p))),
+                    Node::Select { bit, a: p, b: q } => {
+                        let c = self.arith(&b(&vals, bit));
+                        let (x, y) = (a(&vals, p), a(&vals, q));
+                        let d = self.mul(&c, &x.sub(&y));
+                        V::A(y.add(&d))
+                    }
+                    Node::Shr { bits } => V::A(self.shr(bits)),
+                    Node::Bool { index } => V::B(self.bools[index].clone()),
+                    Node::Atom { index } => V::B(self.atom(s.atoms[index])),
+                    Node::Bit { value } => V::B(BExpr::constant(value)),
+                    Node::Not { a: p } => V::B(BExpr::not(b(&vals, p))),
+                    Node::Xor { a: p, b: q } => V::B(BExpr::xor(b(&vals, p), b(&vals, q))),
+                    Node::And { a: p, b: q } => V::B(BExpr::and(b(&vals, p), b(&vals, q))),
+                    Node::Or { a: p, b: q } => V::B(BExpr::or(b(&vals, p), b(&vals, q))),
+                };
+                vals.push(v);
+            }
+            for o in &phi.outputs {
+                let (Output::Arith(k) | Output::Bool(k)) = *o;
+                outs.push(vals[k].clone());
+            }
+        } else {
+            outs.extend(self.polys.iter().cloned().map(V::A));
+            outs.extend(self.consts.iter().cloned().map(V::A));
+            outs.extend(self.bools.iter().cloned().map(V::B));
+        }
+        let mut out_syms = vec![];
+        let mut kinds = vec![];
+        for v in &outs {
+            match v {
+                V::A(x) => {
+                    out_syms.push(x.clone());
+                    kinds.push(Kind::Arith);
+                }
+                V::B(e) => {
+                    out_syms.push(self.gf2(e, false));
+                    kinds.push(Kind::Bool);
+                }
+            }
+        }
+        self.assemble(out_syms, kinds)
+    }
+
+    fn assemble(self, out_syms: Vec<Sym>, kinds: Vec<Kind>) -> Result<Program, SpecError> {
+        let l = self.l();
+        let nleaves = self.leaves.len() as u32;
+        // Lookup locals come after the leaves.
+        let local = move |j: u32| if j >= LOCAL_BASE { nleaves + (j - LOCAL_BASE) } else { j };
+        let fix = |s: &Sym| -> Sym {
+            let mut out = Sym::zero(s.bits());
+            for (p, m, c) in s.terms() {
+                let m: Mono<SVar> = m
+                    .iter()
+                    .map(|&(v, e)| match v {
+                        SVar::Local(j) => (SVar::Local(local(j)), e),
+                        other => (other, e),
+                    })
+                    .collect();
+                out = out.add(&term_sym(s.bits(), p.clone(), m, c));
+            }
+            out
+        };
+        let mut last = out_syms.iter().map(|s| self.ready(s)).max().unwrap_or(0);
+        if !self.opened.is_empty() {
+            last = last.max(1);
+        }
+        for (_, _, r) in &self.beavers {
+            last = last.max(*r);
+        }
+        let rounds = last as usize + 1;
+        let mut b = Builder::new();
+        let mut exchanges: Vec<Exchange> = (0..rounds).map(|_| Exchange::default()).collect();
+        for (j, &id) in self.opened.iter().enumerate() {
+            // Each party sends its share of the bit ⊕ its share of z_j.
+            let s = Sym::secret(1, SVar::Local(local(id))).add(&Sym::secret(1, SVar::Z(j as u32)));
+            exchanges[0].bits.push(b.form(&s, None));
+        }
+        for (i, (da, db, r)) in self.beavers.iter().enumerate() {
+            let e = &mut exchanges[*r as usize - 1].beaver;
+            e.push((2 * i as u32, b.form(&fix(da), None)));
+            e.push((2 * i as u32 + 1, b.form(&fix(db), None)));
+        }
+        for (o, s) in out_syms.iter().enumerate() {
+            let f = b.form(&fix(s), Some(o));
+            exchanges[rounds - 1].outputs.push(f);
+        }
+        b.combine_by_pmono(&mut exchanges);
+        b.share_mask_bits(&mut exchanges);
+        let full_width = self.fams.mode();
+        let (families, maps) = self.fams.finish();
+        let leaves: Vec<LinBit> = self.leaves.iter().map(|x| renumber(x, &maps)).collect();
+        let mut lookup = self.lookup.clone();
+        match &mut lookup {
+            LookupPlan::Table(t) => t.first_local = local(t.first_local),
+            LookupPlan::Dcf(d) => d.first_local = local(d.first_local),
+            LookupPlan::None => {}
+        }
+        let _ = l;
+        Ok(Program {
+            spec: self.orig.clone(),
+            norm: self.spec.clone(),
+            cmp: self.cmp,
+            lookup_backend: self.backend,
+            full_width,
+            families,
+            leaves,
+            pvars: b.pvars,
+            pmonos: b.pmonos,
+            words: b.words,
+            exchanges,
+            opened: self.opened.iter().map(|&j| local(j)).collect(),
+            beaver_round: self.beavers.iter().flat_map(|(_, _, r)| [*r, *r]).collect(),
+            lookup,
+            outputs: kinds,
+            locals: nleaves + self.extra_locals.len() as u32,
+        })
+    }
+}
+
+/// Lookup locals are numbered from here during lowering (renumbered after the leaves).
+const LOCAL_BASE: u32 = 1 << 24;
+
+fn term_sym(bits: u32, p: Mono<PVar>, s: Mono<SVar>, c: u64) -> Sym {
+    let mut out = Sym::constant(bits, c);
+    for (v, e) in p {
+        for _ in 0..e {
+            out = out.mul(&Sym::public(bits, v)).expect("public");
+        }
+    }
+    for (v, e) in s {
+        for _ in 0..e {
+            out = out.mul(&Sym::secret(bits, v)).expect("single local");
+        }
+    }
+    out
+}

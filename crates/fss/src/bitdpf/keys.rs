@@ -1,0 +1,271 @@
+//! The keys: their shape, the dealer's key generation, the batch and its encoding.
+
+use crate::codec::{self, BitReader, BitWriter, Header, KeyKind};
+use crate::error::{DecodeError, FssError};
+use crate::prg::Prg;
+use crate::rng::{CryptoRng, random_block, random_seed};
+use crate::share::{Party, XorBit};
+use crate::tree::{DealerTrees, TreeKeys, path_bit};
+use crate::walk;
+
+/// `ν`: outputs per leaf block are `2^ν = 128`.
+pub const LEAF_BITS: u32 = 7;
+
+/// Shape of a 1-bit DPF: the input width `n`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BitDpfParams {
+    pub(super) domain_bits: u32,
+}
+
+impl BitDpfParams {
+    /// A 1-bit DPF on `n = domain_bits` input bits.
+    ///
+    /// # Errors
+    /// [`FssError::InvalidWidth`] unless `1 ≤ n ≤ 64`.
+    pub fn new(domain_bits: u32) -> Result<BitDpfParams, FssError> {
+        if !(1..=64).contains(&domain_bits) {
+            return Err(FssError::InvalidWidth(domain_bits));
+        }
+        Ok(BitDpfParams { domain_bits })
+    }
+
+    /// Input width `n`.
+    pub fn domain_bits(self) -> u32 {
+        self.domain_bits
+    }
+
+    /// Tree depth `L = n − 7` (0 for a truth-table key).
+    pub fn levels(self) -> u32 {
+        self.domain_bits.saturating_sub(LEAF_BITS)
+    }
+
+    pub(super) fn is_table(self) -> bool {
+        self.domain_bits <= LEAF_BITS
+    }
+
+    /// One party's key material per key, in bits: `λ + (L−1)(λ+2) + 2λ`, or `2^n` for
+    /// `n ≤ 7`.
+    pub fn key_bits(self) -> u64 {
+        if self.is_table() { 1 << self.domain_bits } else { TreeKeys::key_bits(self.levels() - 1) + 256 }
+    }
+
+    /// AES blocks for one point evaluation (`n − 7`, or 0 for a table).
+    pub fn aes_per_eval(self) -> u64 {
+        self.levels() as u64
+    }
+}
+
+/// One party's keys for a batch of 1-bit DPFs of one shape. `Debug` shows only the shape;
+/// the material is zeroized on drop.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BitDpfKeys {
+    pub(super) params: BitDpfParams,
+    pub(super) party: Party,
+    /// Roots and the first `L − 1` levels (no levels for table keys).
+    pub(super) tree: TreeKeys,
+    /// Per key, the two leaf correction blocks; for a table key `[table share, 0]`.
+    pub(super) leaf_cw: Vec<[u128; 2]>,
+}
+
+crate::wipe_on_drop!(BitDpfKeys { wipe: [leaf_cw], zeroize: [tree] });
+
+impl std::fmt::Debug for BitDpfKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BitDpfKeys")
+            .field("params", &self.params)
+            .field("party", &self.party)
+            .field("len", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The shares one evaluation yields.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CmpShares {
+    /// Share of `1{y < α}`.
+    pub lt: XorBit,
+    /// Share of `1{y = α}`.
+    pub eq: XorBit,
+}
+
+impl CmpShares {
+    /// Share of `1{y > α} = 1 ⊕ 1{y < α} ⊕ 1{y = α}` (the two are exclusive); party 0 adds
+    /// the constant.
+    pub fn gt(self, party: Party) -> XorBit {
+        XorBit(self.lt.0 ^ self.eq.0 ^ (party == Party::P0))
+    }
+}
+
+/// Deal both parties' keys at the points `α_i`, all levels in lockstep.
+///
+/// # Errors
+/// [`FssError::PointOutOfDomain`] if some `α ≥ 2^n`.
+pub fn keygen<R: CryptoRng + ?Sized>(
+    params: BitDpfParams,
+    alphas: &[u64],
+    rng: &mut R,
+) -> Result<(BitDpfKeys, BitDpfKeys), FssError> {
+    walk::check_points(alphas, params.domain_bits)?;
+    let m = alphas.len();
+    let key = |party, tree, leaf_cw| BitDpfKeys { params, party, tree, leaf_cw };
+    if params.is_table() {
+        let (t0, t1) = (TreeKeys::with_capacity(0, 0), TreeKeys::with_capacity(0, 0));
+        let mut shares = (Vec::with_capacity(m), Vec::with_capacity(m));
+        for &a in alphas {
+            let s0 = random_block(rng) & table_mask(params.domain_bits);
+            shares.0.push([s0, 0]);
+            shares.1.push([s0 ^ (1u128 << a), 0]);
+        }
+        return Ok((key(Party::P0, t0, shares.0), key(Party::P1, t1, shares.1)));
+    }
+    let (n, levels) = (params.domain_bits, params.levels());
+    let prg = Prg::global();
+    let roots: Vec<u128> = (0..2 * m).map(|_| random_seed(rng)).collect();
+    let mut trees = DealerTrees::new(roots, levels - 1);
+    for i in 0..levels - 1 {
+        trees.expand(prg);
+        trees.step(i, |k| path_bit(alphas[k], n, i));
+    }
+    // Last level: the full hash outputs are the leaf blocks (§3.3).
+    trees.expand(prg);
+    let leaf_cw = (0..m)
+        .map(|k| {
+            let a = path_bit(alphas[k], n, levels - 1) as usize;
+            let mut cw =
+                [trees.left[2 * k] ^ trees.left[2 * k + 1], trees.right[2 * k] ^ trees.right[2 * k + 1]];
+            cw[a] ^= 1u128 << (alphas[k] & 127);
+            cw
+        })
+        .collect::<Vec<_>>();
+    let (t0, t1) = trees.split_keys();
+    Ok((key(Party::P0, t0, leaf_cw.clone()), key(Party::P1, t1, leaf_cw)))
+}
+
+impl BitDpfKeys {
+    /// The keys' shape.
+    pub fn params(&self) -> BitDpfParams {
+        self.params
+    }
+
+    /// The party these keys belong to.
+    pub fn party(&self) -> Party {
+        self.party
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.leaf_cw.len()
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Keys `start..end` as a batch of their own.
+    ///
+    /// # Panics
+    /// If the range is out of bounds (a caller bug).
+    pub fn slice(&self, start: usize, end: usize) -> BitDpfKeys {
+        let tree = if self.params.is_table() { self.tree.clone() } else { self.tree.slice(start, end) };
+        BitDpfKeys {
+            params: self.params,
+            party: self.party,
+            tree,
+            leaf_cw: self.leaf_cw[start..end].to_vec(),
+        }
+    }
+
+    /// One party's key material per key, in bytes (rounded up).
+    pub fn key_bytes(&self) -> usize {
+        self.params.key_bits().div_ceil(8) as usize
+    }
+
+    /// Append the raw material of the batch (no envelope) to a bit stream.
+    pub fn write_material(&self, w: &mut BitWriter) {
+        if self.params.is_table() {
+            let bits = 1u32 << self.params.domain_bits;
+            for cw in &self.leaf_cw {
+                w.put(cw[0] as u64, bits.min(64));
+                if bits > 64 {
+                    w.put((cw[0] >> 64) as u64, bits - 64);
+                }
+            }
+            return;
+        }
+        self.tree.write(w);
+        for cw in &self.leaf_cw {
+            w.put_u128(cw[0]);
+            w.put_u128(cw[1]);
+        }
+    }
+
+    /// Read `count` keys written by [`BitDpfKeys::write_material`].
+    ///
+    /// # Errors
+    /// [`DecodeError`] if the stream is short or a field is invalid.
+    pub fn read_material(
+        params: BitDpfParams,
+        party: Party,
+        count: usize,
+        r: &mut BitReader<'_>,
+    ) -> Result<BitDpfKeys, DecodeError> {
+        walk::check_remaining(r, count as u64 * params.key_bits())?;
+        if params.is_table() {
+            let bits = 1u32 << params.domain_bits;
+            let mut leaf_cw = Vec::with_capacity(count);
+            for _ in 0..count {
+                let mut table = r.get(bits.min(64))? as u128;
+                if bits > 64 {
+                    table |= (r.get(bits - 64)? as u128) << 64;
+                }
+                leaf_cw.push([table, 0]);
+            }
+            return Ok(BitDpfKeys { params, party, tree: TreeKeys::with_capacity(0, 0), leaf_cw });
+        }
+        let tree = TreeKeys::read(r, params.levels() - 1, count)?;
+        let leaf_cw =
+            (0..count).map(|_| Ok([r.get_u128()?, r.get_u128()?])).collect::<Result<_, DecodeError>>()?;
+        Ok(BitDpfKeys { params, party, tree, leaf_cw })
+    }
+
+    /// The standalone, versioned, checksummed encoding (see [`crate::codec`]).
+    ///
+    /// # Panics
+    /// If the batch holds more than `u32::MAX` keys.
+    pub fn encode(&self) -> Vec<u8> {
+        let header = Header {
+            kind: KeyKind::BitDpf,
+            party: self.party,
+            domain_bits: self.params.domain_bits as u8,
+            out_bits: 1,
+            payload_words: 1,
+            variant: 0,
+            count: u32::try_from(self.len()).expect("at most u32::MAX keys per encoding"),
+        };
+        codec::seal(header, |w| self.write_material(w))
+    }
+
+    /// Decode [`BitDpfKeys::encode`]'s output.
+    ///
+    /// # Errors
+    /// [`DecodeError`] for truncated, corrupted, wrong-version or wrong-kind input.
+    pub fn decode(bytes: &[u8]) -> Result<BitDpfKeys, DecodeError> {
+        let (h, material) = codec::open(bytes, KeyKind::BitDpf)?;
+        let params = BitDpfParams::new(h.domain_bits as u32)
+            .map_err(|_| DecodeError::InvalidField("1-bit DPF width"))?;
+        if h.out_bits != 1 || h.payload_words != 1 || h.variant != 0 {
+            return Err(DecodeError::InvalidField("1-bit DPF output shape"));
+        }
+        let count = h.count as usize;
+        codec::expect_material_len(material, count as u64 * params.key_bits())?;
+        let mut r = BitReader::new(material);
+        let keys = BitDpfKeys::read_material(params, h.party, count, &mut r)?;
+        r.finish()?;
+        Ok(keys)
+    }
+}
+
+fn table_mask(n: u32) -> u128 {
+    if n >= LEAF_BITS { u128::MAX } else { (1u128 << (1u32 << n)) - 1 }
+}
