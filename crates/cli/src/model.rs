@@ -33,14 +33,15 @@ pub fn load_model(
 }
 use serde::Serialize;
 
-/// Which implementation(s) of the nonlinear layers to run.
+/// Which implementation(s) of the nonlinear layers a comparing command runs: one
+/// [`Impl`] or both (the one choice the commands share; a bundle holds keys for one `Impl`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ImplChoice {
-    /// Compiled operators (the default).
+    /// Operators compiled from specs (`crates/compiler`).
     Fusefss,
-    /// SIGMA's protocols.
+    /// SIGMA's protocols (`crates/gates`).
     Sigma,
-    /// Both, one after the other.
+    /// Both, side by side.
     Both,
 }
 

@@ -30,17 +30,7 @@ use gates::unary::UnaryFamily;
 use serde::Serialize;
 
 use super::median;
-
-/// Which implementation of the operators to measure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Impl {
-    /// The SIGMA-style baseline (`crates/gates`).
-    Sigma,
-    /// Operators compiled from specs (`crates/compiler`).
-    Fusefss,
-    /// Both, each operator's rows next to each other.
-    Both,
-}
+use crate::model::ImplChoice;
 
 /// Packed-comparison keying of the compiled operators.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -71,7 +61,7 @@ pub enum LookupChoice {
 pub struct OpsBenchArgs {
     /// Implementation to measure.
     #[arg(long = "impl", value_enum, default_value = "sigma")]
-    implementation: Impl,
+    implementation: ImplChoice,
     /// Ring width.
     #[arg(long, default_value_t = 50)]
     n: u32,
@@ -243,9 +233,9 @@ pub fn run(args: OpsBenchArgs) -> anyhow::Result<()> {
         Ok(())
     };
     let (sigma, fuse) = match args.implementation {
-        Impl::Sigma => (true, false),
-        Impl::Fusefss => (false, true),
-        Impl::Both => (true, true),
+        ImplChoice::Sigma => (true, false),
+        ImplChoice::Fusefss => (false, true),
+        ImplChoice::Both => (true, true),
     };
     for &(op, has_sigma, has_fuse) in OPS {
         if args.ops.as_ref().is_some_and(|o| !o.iter().any(|x| x == op)) {

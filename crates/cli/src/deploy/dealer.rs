@@ -42,27 +42,9 @@ pub struct DealerArgs {
     /// once and kept when the folder has them, so that more bundles can be added later).
     #[arg(long)]
     out: PathBuf,
-    /// Implementation of the nonlinear layers.
-    #[arg(long = "impl", value_enum, default_value = "fusefss")]
-    implementation: ImplArg,
-}
-
-/// One implementation (a bundle holds keys for one).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ImplArg {
-    /// Compiled operators.
-    Fusefss,
-    /// SIGMA's protocols.
-    Sigma,
-}
-
-impl ImplArg {
-    pub fn imp(self) -> engine::Impl {
-        match self {
-            ImplArg::Fusefss => engine::Impl::Fusefss,
-            ImplArg::Sigma => engine::Impl::Sigma,
-        }
-    }
+    /// Implementation of the nonlinear layers: fusefss or sigma (a bundle holds keys for one).
+    #[arg(long = "impl", default_value = "fusefss")]
+    implementation: engine::Impl,
 }
 
 pub fn run(a: DealerArgs) -> anyhow::Result<()> {
@@ -77,7 +59,7 @@ pub fn run(a: DealerArgs) -> anyhow::Result<()> {
             a.model
         );
     }
-    let imp = a.implementation.imp();
+    let imp = a.implementation;
     let desc = Descriptor {
         model: a.model,
         seq: seq as u32,
