@@ -238,7 +238,8 @@ pub fn deal_step(
     let [s0, s1] = sinks;
     let t = Instant::now();
     let n = g.n;
-    // Masks of values that later nodes still read (freed after their last reader).
+    // Masks of values that later nodes still read (freed after their last reader, once the
+    // keys that read them are dealt).
     let last_use = last_uses(g);
     let mut masks: Vec<Vec<u64>> = Vec::with_capacity(g.nodes.len() + 1);
     masks.push(random_words(rng, g.input.len(), n));
@@ -246,29 +247,48 @@ pub fn deal_step(
     s0.input_mask(i0)?;
     s1.input_mask(i1)?;
     let mut report = DealReport::default();
+    // Gate nodes whose masks are drawn and whose keys are still to be made: a batch of them
+    // is dealt at once, one per thread (each with its own generator seeded from `rng`), then
+    // handed to the sinks in node order.
+    let batch = rayon::current_num_threads().clamp(1, 8);
+    let mut pending: Vec<(usize, [u8; 32])> = Vec::with_capacity(batch);
+    let mut done = 0;
     for (i, node) in g.nodes.iter().enumerate() {
-        let ins: Vec<&[u64]> = node.op.inputs().iter().map(|&v| masks[v].as_slice()).collect();
         let out = match &gates[i] {
             _ if matches!(node.op, Op::Carried { .. }) => {
                 let Op::Carried { slot, shape } = node.op else { unreachable!() };
                 carried(slot, shape, carried_masks).map_err(|e| EngineError::program(i, e))?.to_vec()
             }
-            Some(gate) => {
-                let out = random_words(rng, node.shape.len(), n);
-                let pair = gate.keygen(&ins, &out, rng).map_err(|e| EngineError::at(i, e))?;
-                charge(&mut report.by_label, node.label, pair.bits);
-                report.key_bits += pair.bits;
-                s0.gate_key(i, gate.as_ref(), pair.k0)?;
-                s1.gate_key(i, gate.as_ref(), pair.k1)?;
-                out
+            Some(_) => {
+                let mut seed = [0u8; 32];
+                rng.fill_bytes(&mut seed);
+                pending.push((i, seed));
+                random_words(rng, node.shape.len(), n)
             }
-            None => local(&node.op, node.shape, &ins, n, false),
+            None => {
+                let ins: Vec<&[u64]> = node.op.inputs().iter().map(|&v| masks[v].as_slice()).collect();
+                local(&node.op, node.shape, &ins, n, false)
+            }
         };
         masks.push(out);
-        for v in node.op.inputs() {
-            if last_use[v] == i && v != g.output && !g.carry.contains(&v) {
-                masks[v] = vec![];
+        if pending.len() == batch || i + 1 == g.nodes.len() {
+            let dealt = deal_batch(g, gates, &masks, &pending)?;
+            for ((node, _), pair) in pending.drain(..).zip(dealt) {
+                let gate = gates[node].as_deref().expect("a gate node");
+                charge(&mut report.by_label, g.nodes[node].label, pair.bits);
+                report.key_bits += pair.bits;
+                s0.gate_key(node, gate, pair.k0)?;
+                s1.gate_key(node, gate, pair.k1)?;
             }
+            // Free the masks no later node reads (all keys that read them are dealt).
+            for (j, node) in g.nodes.iter().enumerate().take(i + 1).skip(done) {
+                for v in node.op.inputs() {
+                    if last_use[v] == j && v != g.output && !g.carry.contains(&v) {
+                        masks[v] = vec![];
+                    }
+                }
+            }
+            done = i + 1;
         }
         progress(i + 1, g.nodes.len());
     }
@@ -279,6 +299,28 @@ pub fn deal_step(
     report.time = t.elapsed();
     let carry = g.carry.iter().map(|&v| masks[v].clone()).collect();
     Ok((report, carry))
+}
+
+/// The keys of the gate nodes `pending` (node, seed of its own generator), made in parallel
+/// from the masks of their inputs and outputs.
+fn deal_batch(
+    g: &Graph,
+    gates: &[Option<Box<dyn DynGate>>],
+    masks: &[Vec<u64>],
+    pending: &[(usize, [u8; 32])],
+) -> Result<Vec<crate::layers::KeyPair>, EngineError> {
+    use rayon::prelude::*;
+    use fss::rng::SeedableRng;
+    let one = |&(i, seed): &(usize, [u8; 32])| {
+        let node = &g.nodes[i];
+        let gate = gates[i].as_deref().expect("a gate node");
+        let ins: Vec<&[u64]> = node.op.inputs().iter().map(|&v| masks[v].as_slice()).collect();
+        gate.keygen(&ins, &masks[i + 1], &mut DealerRng::from_seed(seed)).map_err(|e| EngineError::at(i, e))
+    };
+    if pending.len() <= 1 {
+        return pending.iter().map(one).collect();
+    }
+    pending.par_iter().map(one).collect()
 }
 
 /// For every value, the last node that reads it.
