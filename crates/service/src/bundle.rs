@@ -24,7 +24,7 @@
 use std::any::Any;
 use std::fmt;
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, BufWriter, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use fss::Party;
@@ -536,8 +536,10 @@ fn next_raw(
     if len > MAX_SECTION {
         return Err(corrupted(path, format!("a section of {len} bytes (node {node})")));
     }
-    // Read in pieces so that a damaged length cannot allocate more than the file holds.
-    let mut body = Vec::new();
+    // Allocate at once what the file can still hold (a damaged length cannot allocate more),
+    // so that a large section is read in one copy instead of growing by doubling.
+    let left = input.get_ref().metadata().map_or(0, |m| m.len()).saturating_sub(input.stream_position().unwrap_or(0));
+    let mut body = Vec::with_capacity(len.min(left) as usize);
     let got = input.take(len).read_to_end(&mut body).map_err(io_err(path))?;
     if got as u64 != len {
         return Err(corrupted(path, format!("truncated in the section of node {node}")));
