@@ -309,8 +309,8 @@ fn deal_batch(
     masks: &[Vec<u64>],
     pending: &[(usize, [u8; 32])],
 ) -> Result<Vec<crate::layers::KeyPair>, EngineError> {
-    use rayon::prelude::*;
     use fss::rng::SeedableRng;
+    use rayon::prelude::*;
     let one = |&(i, seed): &(usize, [u8; 32])| {
         let node = &g.nodes[i];
         let gate = gates[i].as_deref().expect("a gate node");

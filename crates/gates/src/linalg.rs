@@ -108,6 +108,15 @@ impl WeightSlice<'_> {
     }
 }
 
+/// `C = A·W mod 2^64` for narrow signed weights (sign-extended).
+fn narrow<T: Copy + Sync + Into<i64>>(a: &[u64], b: &[T], m: usize, k: usize, n: usize) -> Vec<u64> {
+    tiled(a, b, m, k, n, |c, x, seg| {
+        for (cj, &bj) in c.iter_mut().zip(seg) {
+            *cj = cj.wrapping_add(x.wrapping_mul(bj.into() as u64));
+        }
+    })
+}
+
 /// `C = A·W mod 2^bits` for public weights `W` ([`WeightSlice`]); equal to [`matmul_mod`]
 /// of the weights' ring words.
 ///
@@ -123,20 +132,12 @@ pub fn matmul_mod_weights(
 ) -> Vec<u64> {
     let mut c = match w {
         WeightSlice::Ring(b) => return matmul_mod(a, b, m, k, n, bits),
-        WeightSlice::I32(b) => ifma::matmul_i32(a, b, m, k, n, bits).unwrap_or_else(|| {
-            tiled(a, b, m, k, n, |c, x, seg| {
-                for (cj, &bj) in c.iter_mut().zip(seg) {
-                    *cj = cj.wrapping_add(x.wrapping_mul(i64::from(bj) as u64));
-                }
-            })
-        }),
-        WeightSlice::I16(b) => ifma::matmul_i16(a, b, m, k, n, bits).unwrap_or_else(|| {
-            tiled(a, b, m, k, n, |c, x, seg| {
-                for (cj, &bj) in c.iter_mut().zip(seg) {
-                    *cj = cj.wrapping_add(x.wrapping_mul(i64::from(bj) as u64));
-                }
-            })
-        }),
+        WeightSlice::I32(b) => {
+            ifma::matmul_narrow(a, b, m, k, n, bits).unwrap_or_else(|| narrow(a, b, m, k, n))
+        }
+        WeightSlice::I16(b) => {
+            ifma::matmul_narrow(a, b, m, k, n, bits).unwrap_or_else(|| narrow(a, b, m, k, n))
+        }
     };
     let mask = fss::ring::mask(bits);
     c.iter_mut().for_each(|v| *v &= mask);
@@ -187,17 +188,42 @@ mod ifma {
         }))
     }
 
-    /// `A·W` modulo `2^52` for signed 32-bit weights (sign-extended, then their low 52 bits:
+    /// A narrow signed weight type that IFMA can load 8 at a time, sign-extended to 64 bits.
+    pub(super) trait Load8: Copy + Sync + Into<i64> {
+        /// The 8 weights at `p`, sign-extended.
+        ///
+        /// # Safety
+        /// `p` must point at 8 readable values.
+        unsafe fn load8(p: *const Self) -> __m512i;
+    }
+
+    impl Load8 for i32 {
+        unsafe fn load8(p: *const i32) -> __m512i {
+            use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm512_cvtepi32_epi64};
+            // SAFETY: the caller's contract: 8 values (32 bytes) are readable at `p`.
+            unsafe { _mm512_cvtepi32_epi64(_mm256_loadu_si256(p as *const __m256i)) }
+        }
+    }
+
+    impl Load8 for i16 {
+        unsafe fn load8(p: *const i16) -> __m512i {
+            use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm512_cvtepi16_epi64};
+            // SAFETY: the caller's contract: 8 values (16 bytes) are readable at `p`.
+            unsafe { _mm512_cvtepi16_epi64(_mm_loadu_si128(p as *const __m128i)) }
+        }
+    }
+
+    /// `A·W` modulo `2^52` for narrow signed weights (sign-extended, then their low 52 bits:
     /// `x·(w mod 2^52) ≡ x·w mod 2^52`), or `None` when `bits > 52`.
-    pub(super) fn matmul_i32(
+    pub(super) fn matmul_narrow<T: Load8>(
         a: &[u64],
-        b: &[i32],
+        b: &[T],
         m: usize,
         k: usize,
         n: usize,
         bits: u32,
     ) -> Option<Vec<u64>> {
-        use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm512_and_si512, _mm512_cvtepi32_epi64};
+        use std::arch::x86_64::_mm512_and_si512;
         if bits > 52 {
             return None;
         }
@@ -211,7 +237,7 @@ mod ifma {
                 let low52 = _mm512_set1_epi64((1i64 << 52) - 1);
                 for j in (0..full).step_by(8) {
                     let cp = c.as_mut_ptr().add(j) as *mut __m512i;
-                    let w = _mm512_cvtepi32_epi64(_mm256_loadu_si256(seg.as_ptr().add(j) as *const __m256i));
+                    let w = T::load8(seg.as_ptr().add(j));
                     _mm512_storeu_si512(
                         cp,
                         _mm512_madd52lo_epu64(_mm512_loadu_si512(cp), xv, _mm512_and_si512(w, low52)),
@@ -219,42 +245,7 @@ mod ifma {
                 }
             }
             for (cj, &bj) in c[full..].iter_mut().zip(&seg[full..]) {
-                *cj = cj.wrapping_add(x.wrapping_mul(i64::from(bj) as u64));
-            }
-        }))
-    }
-
-    /// As [`matmul_i32`] for signed 16-bit weights.
-    pub(super) fn matmul_i16(
-        a: &[u64],
-        b: &[i16],
-        m: usize,
-        k: usize,
-        n: usize,
-        bits: u32,
-    ) -> Option<Vec<u64>> {
-        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm512_and_si512, _mm512_cvtepi16_epi64};
-        if bits > 52 {
-            return None;
-        }
-        let a = low_a(a);
-        Some(super::tiled(&a, b, m, k, n, |c, x, seg| {
-            let full = c.len().min(seg.len()) / 8 * 8;
-            // SAFETY: as in `matmul_i32`; a load reads the 8 elements (16 bytes) at `j..j + 8`.
-            unsafe {
-                let xv = _mm512_set1_epi64(x as i64);
-                let low52 = _mm512_set1_epi64((1i64 << 52) - 1);
-                for j in (0..full).step_by(8) {
-                    let cp = c.as_mut_ptr().add(j) as *mut __m512i;
-                    let w = _mm512_cvtepi16_epi64(_mm_loadu_si128(seg.as_ptr().add(j) as *const __m128i));
-                    _mm512_storeu_si512(
-                        cp,
-                        _mm512_madd52lo_epu64(_mm512_loadu_si512(cp), xv, _mm512_and_si512(w, low52)),
-                    );
-                }
-            }
-            for (cj, &bj) in c[full..].iter_mut().zip(&seg[full..]) {
-                *cj = cj.wrapping_add(x.wrapping_mul(i64::from(bj) as u64));
+                *cj = cj.wrapping_add(x.wrapping_mul(bj.into() as u64));
             }
         }))
     }
@@ -277,12 +268,14 @@ mod ifma {
     }
 
     /// No IFMA in this build.
-    pub(super) fn matmul_i32(_: &[u64], _: &[i32], _: usize, _: usize, _: usize, _: u32) -> Option<Vec<u64>> {
-        None
-    }
-
-    /// No IFMA in this build.
-    pub(super) fn matmul_i16(_: &[u64], _: &[i16], _: usize, _: usize, _: usize, _: u32) -> Option<Vec<u64>> {
+    pub(super) fn matmul_narrow<T>(
+        _: &[u64],
+        _: &[T],
+        _: usize,
+        _: usize,
+        _: usize,
+        _: u32,
+    ) -> Option<Vec<u64>> {
         None
     }
 }

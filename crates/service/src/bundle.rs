@@ -538,7 +538,11 @@ fn next_raw(
     }
     // Allocate at once what the file can still hold (a damaged length cannot allocate more),
     // so that a large section is read in one copy instead of growing by doubling.
-    let left = input.get_ref().metadata().map_or(0, |m| m.len()).saturating_sub(input.stream_position().unwrap_or(0));
+    let left = input
+        .get_ref()
+        .metadata()
+        .map_or(0, |m| m.len())
+        .saturating_sub(input.stream_position().unwrap_or(0));
     let mut body = Vec::with_capacity(len.min(left) as usize);
     let got = input.take(len).read_to_end(&mut body).map_err(io_err(path))?;
     if got as u64 != len {

@@ -114,21 +114,29 @@ fn done(a: &DealerArgs, t: Instant, bytes: u64, dirs: &[PathBuf; 2]) {
     );
 }
 
-/// Generation sessions: each bundle holds every step's keys, dealt ahead, the KV cache's
-/// masks carried from step to step.
-fn deal_sessions(
+/// What one run of the dealer writes: `a.count` bundles per party for `desc`, over
+/// `Z_{2^n}`, of `sections` sections, whose keys `deal_one` makes (it reports its progress in
+/// units of the bar).
+struct Bundles<'a> {
+    desc: &'a Descriptor,
+    n: u32,
+    fingerprint: [u8; 32],
+    sections: usize,
+    /// Progress units per bundle, and their name.
+    units: (u64, &'static str),
+}
+
+/// Write the bundles, one pair at a time, with a progress bar.
+fn write_bundles(
     a: &DealerArgs,
-    desc: &Descriptor,
-    llama: &models::registry::Llama,
+    b: &Bundles<'_>,
     dirs: &[PathBuf; 2],
+    mut deal_one: impl FnMut(&mut fss::rng::DealerRng, [&mut BundleWriter; 2], &dyn Fn(u64)) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    let shape = SessionShape { prompt_len: desc.seq as usize, new_tokens: desc.steps() };
-    let (fp, sections) = session::identity(&llama.fx, desc.imp, shape, &mut Fingerprints::default())?;
     let mut rng = fss::rng::os_rng()?;
     let mut run = [0u8; 16];
     rng.fill_bytes(&mut run);
-    println!("dealing {} session(s) for {}: {} steps each", a.count, desc.human(), shape.steps());
-    let bar = bar(u64::from(a.count) * shape.steps() as u64, "steps");
+    let bar = bar(u64::from(a.count) * b.units.0, b.units.1);
     let t = Instant::now();
     let mut bytes = 0u64;
     for index in 0..a.count {
@@ -136,18 +144,15 @@ fn deal_sessions(
         let header = |party| BundleHeader {
             party,
             id,
-            fingerprint: fp,
-            descriptor: desc.to_string(),
-            sections: sections as u32,
+            fingerprint: b.fingerprint,
+            descriptor: b.desc.to_string(),
+            sections: b.sections as u32,
         };
-        let n = llama.fx.fx.n;
-        let mut w0 = BundleWriter::create_in(&dirs[0], n, &header(Party::P0))?;
-        let mut w1 = BundleWriter::create_in(&dirs[1], n, &header(Party::P1))?;
-        bar.set_message(format!("session {}/{}", index + 1, a.count));
-        let base = u64::from(index) * shape.steps() as u64;
-        session::deal(&llama.fx, desc.imp, shape, &mut rng, [&mut w0, &mut w1], |step, _| {
-            bar.set_position(base + step as u64 + 1)
-        })?;
+        let mut w0 = BundleWriter::create_in(&dirs[0], b.n, &header(Party::P0))?;
+        let mut w1 = BundleWriter::create_in(&dirs[1], b.n, &header(Party::P1))?;
+        bar.set_message(format!("bundle {}/{}", index + 1, a.count));
+        let base = u64::from(index) * b.units.0;
+        deal_one(&mut rng, [&mut w0, &mut w1], &|done| bar.set_position(base + done))?;
         bytes = w0.bytes();
         w0.finish()?;
         w1.finish()?;
@@ -157,6 +162,25 @@ fn deal_sessions(
     Ok(())
 }
 
+/// Generation sessions: each bundle holds every step's keys, dealt ahead, the KV cache's
+/// masks carried from step to step.
+fn deal_sessions(
+    a: &DealerArgs,
+    desc: &Descriptor,
+    llama: &models::registry::Llama,
+    dirs: &[PathBuf; 2],
+) -> anyhow::Result<()> {
+    let shape = SessionShape { prompt_len: desc.seq as usize, new_tokens: desc.steps() };
+    let (fingerprint, sections) =
+        session::identity(&llama.fx, desc.imp, shape, &mut Fingerprints::default())?;
+    println!("dealing {} session(s) for {}: {} steps each", a.count, desc.human(), shape.steps());
+    let b = Bundles { desc, n: llama.fx.fx.n, fingerprint, sections, units: (shape.steps() as u64, "steps") };
+    write_bundles(a, &b, dirs, |rng, [w0, w1], progress| {
+        session::deal(&llama.fx, desc.imp, shape, rng, [w0, w1], |step, _| progress(step as u64 + 1))?;
+        Ok(())
+    })
+}
+
 /// One program per bundle.
 fn deal_queries(
     a: &DealerArgs,
@@ -164,12 +188,7 @@ fn deal_queries(
     g: &engine::Graph,
     dirs: &[PathBuf; 2],
 ) -> anyhow::Result<()> {
-    let imp = desc.imp;
-    let gates = engine::build(g, imp)?;
-    let fp = fingerprint(g, imp);
-    let mut rng = fss::rng::os_rng()?;
-    let mut run = [0u8; 16];
-    rng.fill_bytes(&mut run);
+    let gates = engine::build(g, desc.imp)?;
     println!(
         "dealing {} bundle(s) for {}: {} nodes, {} with keys",
         a.count,
@@ -177,28 +196,15 @@ fn deal_queries(
         g.nodes.len(),
         g.gates()
     );
-    let bar = bar(u64::from(a.count) * g.nodes.len() as u64, "layers");
-    let t = Instant::now();
-    let mut bytes = 0u64;
-    for index in 0..a.count {
-        let id = BundleId { run, index };
-        let header = |party| BundleHeader {
-            party,
-            id,
-            fingerprint: fp,
-            descriptor: desc.to_string(),
-            sections: 2 + g.gates() as u32,
-        };
-        let mut w0 = BundleWriter::create(&dirs[0], g, &header(Party::P0))?;
-        let mut w1 = BundleWriter::create(&dirs[1], g, &header(Party::P1))?;
-        let base = u64::from(index) * g.nodes.len() as u64;
-        bar.set_message(format!("bundle {}/{}", index + 1, a.count));
-        engine::deal_into(g, &gates, &mut rng, [&mut w0, &mut w1], |i, _| bar.set_position(base + i as u64))?;
-        bytes = w0.bytes();
-        w0.finish()?;
-        w1.finish()?;
-    }
-    bar.finish_and_clear();
-    done(a, t, bytes, dirs);
-    Ok(())
+    let b = Bundles {
+        desc,
+        n: g.n,
+        fingerprint: fingerprint(g, desc.imp),
+        sections: 2 + g.gates(),
+        units: (g.nodes.len() as u64, "layers"),
+    };
+    write_bundles(a, &b, dirs, |rng, [w0, w1], progress| {
+        engine::deal_into(g, &gates, rng, [w0, w1], |i, _| progress(i as u64))?;
+        Ok(())
+    })
 }
