@@ -1,8 +1,11 @@
-//! The `fusefss` package as a library: the command-line tool's commands.
+//! The `fusefss` package as a library: the command-line tool's commands, and [`api`], the
+//! functions the Python bindings (`python/`) call.
 //!
 //! The command modules are the binary's own (`src/main.rs` parses the arguments and calls
-//! them); they print their results and are not a stable interface.
+//! them); they print their results and are not a stable interface. [`api`] returns data
+//! instead: the same runs, rows and costs the commands print.
 
+pub mod api;
 #[doc(hidden)]
 pub mod bench;
 #[doc(hidden)]
