@@ -49,10 +49,10 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-#: The built-in models: ``bert-tiny``, ``gpt2`` and ``llama-tiny`` have seeded random
-#: weights (no download); ``minilm`` and ``smollm2`` are real models that
-#: ``scripts/fetch-models.sh`` fetches (``$FUSEFSS_MODELS`` or ``./models``).
-MODELS = ("bert-tiny", "minilm", "gpt2", "llama-tiny", "smollm2")
+#: The built-in models: ``bert-tiny``, ``bert-base``, ``bert-large``, ``gpt2`` and
+#: ``llama-tiny`` have seeded random weights (no download); ``minilm`` and ``smollm2`` are
+#: real models that ``scripts/fetch-models.sh`` fetches (``$FUSEFSS_MODELS`` or ``./models``).
+MODELS = ("bert-tiny", "bert-base", "bert-large", "minilm", "gpt2", "llama-tiny", "smollm2")
 
 Costs = Dict[str, Any]
 """A run's costs: ``online_ms``, ``keygen_ms``, ``key_bytes`` (one server's), ``comm_bytes``
@@ -322,19 +322,30 @@ class Model:
     """A model known by name, run privately in this process.
 
     Args:
-        name_or_dir: a built-in model (:data:`MODELS`). ``minilm`` and ``smollm2`` need
-            ``scripts/fetch-models.sh`` first; the error says so. Loading a model folder is
-            not supported yet (it raises :class:`FusefssError`).
+        name_or_dir: a built-in model (:data:`MODELS`; ``minilm`` and ``smollm2`` need
+            ``scripts/fetch-models.sh`` first, the error says so), or a Hugging Face folder
+            (``config.json``, ``model.safetensors``, ``tokenizer.json``: BERT, GPT-2 or
+            Llama), run in this process (deployed servers serve built-in models only).
         impl: ``"fusefss"`` (compiled operators, the default) or ``"sigma"``.
         layers: use only the first ``layers`` layers.
+        keys_in_memory: keep each secure run's keys in memory instead of bundles on disk
+            read back as the servers run (``fusefss demo --keys-in-memory``).
 
     Raises:
-        FusefssError: for an unknown model or implementation, a folder, or a fetched model
+        FusefssError: for an unknown model or implementation, a folder that does not hold
+            a model fusefss runs (the message names what is missing), or a fetched model
             that is missing.
     """
 
-    def __init__(self, name_or_dir: Union[str, "os.PathLike[str]"], impl: str = "fusefss", *, layers: Optional[int] = None) -> None:
-        self._native = _native.NativeModel(os.fspath(name_or_dir), impl, layers)
+    def __init__(
+        self,
+        name_or_dir: Union[str, "os.PathLike[str]"],
+        impl: str = "fusefss",
+        *,
+        layers: Optional[int] = None,
+        keys_in_memory: bool = False,
+    ) -> None:
+        self._native = _native.NativeModel(os.fspath(name_or_dir), impl, layers, keys_in_memory)
         self.info: Dict[str, Any] = json.loads(self._native.info())
         """The model's ``name``, ``impl``, ring width ``n`` and scale ``f``, ``layers``,
         ``hidden``, ``vocab``, ``max_seq``, ``output`` (what it is), ``output_scale`` and
@@ -378,9 +389,10 @@ class Model:
     ) -> EmbedResult:
         """Embed texts privately: one secure run per text, at the text's own token count.
 
-        For each text the dealer deals fresh keys, the client embeds and secret-shares the
-        text, both servers run the model on two threads, and the client reconstructs the
-        output (as ``fusefss demo``). The GIL is released while it runs.
+        For each text the dealer deals fresh keys (into bundles on disk, read back as the
+        servers run, unless the model keeps keys in memory), the client embeds and
+        secret-shares the text, both servers run the model on two threads, and the client
+        reconstructs the output (as ``fusefss demo``). The GIL is released while it runs.
 
         Args:
             texts: a text or a sequence of texts.

@@ -116,9 +116,16 @@ fn input<'a>(
 #[pymethods]
 impl NativeModel {
     #[new]
-    #[pyo3(signature = (name, implementation, layers=None))]
-    fn new(py: Python<'_>, name: &str, implementation: &str, layers: Option<usize>) -> PyResult<Self> {
-        let inner = py.detach(|| api::Model::load(name, implementation, layers)).map_err(err)?;
+    #[pyo3(signature = (name, implementation, layers=None, keys_in_memory=false))]
+    fn new(
+        py: Python<'_>,
+        name: &str,
+        implementation: &str,
+        layers: Option<usize>,
+        keys_in_memory: bool,
+    ) -> PyResult<Self> {
+        let inner =
+            py.detach(|| api::Model::load(name, implementation, layers, keys_in_memory)).map_err(err)?;
         Ok(NativeModel { inner })
     }
 

@@ -41,9 +41,12 @@ def test_secure_equals_the_plaintext_program_bit_for_bit(bert: fusefss.Model) ->
         assert float(np.dot(a, b) / np.linalg.norm(a) / np.linalg.norm(b)) > 0.99
 
 
-def test_a_single_text_and_sigma(bert: fusefss.Model) -> None:
+def test_a_single_text_sigma_and_keys_in_memory(bert: fusefss.Model) -> None:
     r = fusefss.Model("bert-tiny", impl="sigma", layers=1).embed("just one", progress=False)
     assert r.embeddings.shape == (1, 128) and r.matches_plaintext is True
+    mem = fusefss.Model("bert-tiny", layers=1, keys_in_memory=True).embed("just one", progress=False)
+    disk = fusefss.Model("bert-tiny", layers=1).embed("just one", progress=False)
+    assert mem.matches_plaintext and np.array_equal(mem.ring, disk.ring)
 
 
 def test_forward_on_tokens_ring_words_and_reals_agree(bert: fusefss.Model) -> None:
@@ -75,8 +78,8 @@ def test_llama_forward_gives_logits() -> None:
 def test_errors_are_fusefss_errors_with_the_rust_message(bert: fusefss.Model) -> None:
     with pytest.raises(fusefss.FusefssError, match="unknown model"):
         fusefss.Model("bert-huge")
-    with pytest.raises(fusefss.FusefssError, match="not supported yet"):
-        fusefss.Model("./models/my-model")
+    with pytest.raises(fusefss.FusefssError, match="config.json"):
+        fusefss.Model("./no-such-folder/my-model")
     with pytest.raises(fusefss.FusefssError, match="unknown implementation"):
         fusefss.Model("bert-tiny", impl="magic")
     with pytest.raises(fusefss.FusefssError, match="outside the vocabulary"):

@@ -34,8 +34,8 @@ use service::proto::{Msg, tag};
 
 use crate::bench::model::ModelBenchArgs;
 use crate::bench::ops::OpsBenchArgs;
-use crate::generate::{KeysAt, SessionOpts, run_session_until};
-use crate::model::Link;
+use crate::generate::{SessionOpts, run_session_until};
+use crate::model::{KeysAt, Link};
 
 /// The costs of a secure run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -55,8 +55,8 @@ pub struct Costs {
 /// What a model is.
 #[derive(Clone, Debug, Serialize)]
 pub struct ModelInfo {
-    /// Its name (`bert-tiny`, `minilm`, `gpt2`, `llama-tiny`, `smollm2`).
-    pub name: &'static str,
+    /// Its name (`bert-tiny`, `minilm`, …, or the folder's name).
+    pub name: String,
     /// The implementation of its nonlinear layers: `fusefss` or `sigma`.
     #[serde(rename = "impl")]
     pub implementation: &'static str,
@@ -81,18 +81,32 @@ pub struct ModelInfo {
     pub generates: bool,
 }
 
-/// A model known by name, ready to run.
+/// A model, built in or from a folder, ready to run.
 #[derive(Clone)]
 pub struct Model {
-    name: ModelName,
+    /// The built-in model, `None` for a folder.
+    builtin: Option<ModelName>,
+    /// Its name: the built-in name or the folder's.
+    label: Arc<str>,
     imp: Impl,
     loaded: Arc<Loaded>,
+    keys_in_memory: bool,
 }
 
 impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Model").field("name", &self.name).field("impl", &self.imp).finish()
+        f.debug_struct("Model").field("name", &self.label).field("impl", &self.imp).finish()
     }
+}
+
+/// A fresh folder for one run's key bundles under the system's temporary folder.
+fn temp_keys_dir(what: &str) -> PathBuf {
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    std::env::temp_dir().join(format!(
+        "fusefss-python-{what}-{}-{}",
+        std::process::id(),
+        RUNS.fetch_add(1, Ordering::Relaxed)
+    ))
 }
 
 /// A program's input.
@@ -216,40 +230,61 @@ fn clip(s: &str) -> String {
 
 impl Model {
     /// Load a built-in model by name (`bert-tiny`, `minilm`, `gpt2`, `llama-tiny`,
-    /// `smollm2`), with at most `layers` layers, its nonlinear layers run by `imp`
-    /// (`fusefss` or `sigma`).
+    /// `smollm2`, …) or a Hugging Face folder (`config.json`, `model.safetensors`,
+    /// `tokenizer.json`: BERT, GPT-2 or Llama), with at most `layers` layers, its nonlinear
+    /// layers run by `imp` (`fusefss` or `sigma`). Secure runs deal their keys into bundles
+    /// on disk, read back as the servers run (as `fusefss demo` does), or, with
+    /// `keys_in_memory`, keep them in memory.
     ///
     /// # Errors
-    /// For an unknown name or implementation, a model folder (not supported yet), or a
-    /// fetched model that is missing (the message says how to fetch it).
-    pub fn load(name_or_dir: &str, imp: &str, layers: Option<usize>) -> anyhow::Result<Model> {
+    /// For an unknown name or implementation, a folder that does not hold a model fusefss
+    /// runs (the message names what is missing), or a fetched model that is missing (the
+    /// message says how to fetch it).
+    pub fn load(
+        name_or_dir: &str,
+        imp: &str,
+        layers: Option<usize>,
+        keys_in_memory: bool,
+    ) -> anyhow::Result<Model> {
         let imp = implementation(imp)?;
-        let name = match name_or_dir.parse::<ModelName>() {
-            Ok(n) => n,
-            Err(e) => {
-                let looks_like_a_path = name_or_dir.contains(std::path::MAIN_SEPARATOR)
-                    || name_or_dir.starts_with('.')
-                    || Path::new(name_or_dir).exists();
-                if looks_like_a_path {
-                    bail!(
-                        "{:?}: loading a model from a folder is not supported yet; use a built-in model: \
-                         bert-tiny, minilm, gpt2, llama-tiny, smollm2",
-                        clip(name_or_dir)
-                    );
-                }
-                return Err(e.into());
-            }
-        };
         if layers == Some(0) {
             bail!("layers must be positive");
         }
-        let loaded = models::registry::load(name, layers)?;
-        Ok(Model { name, imp, loaded: Arc::new(loaded) })
+        let (builtin, label, loaded) = match name_or_dir.parse::<ModelName>() {
+            Ok(n) => (Some(n), n.name().to_string(), models::registry::load(n, layers)?),
+            Err(e) => {
+                let dir = Path::new(name_or_dir);
+                let looks_like_a_path = name_or_dir.contains(std::path::MAIN_SEPARATOR)
+                    || name_or_dir.starts_with('.')
+                    || dir.exists();
+                if !looks_like_a_path {
+                    return Err(e.into());
+                }
+                let (loaded, label) = crate::model::load_model(ModelName::BertTiny, Some(dir), layers)?;
+                (None, label, loaded)
+            }
+        };
+        Ok(Model { builtin, label: label.into(), imp, loaded: Arc::new(loaded), keys_in_memory })
     }
 
-    /// The model's name.
-    pub fn name(&self) -> &'static str {
-        self.name.name()
+    /// The model's name (a folder's name for a model from a folder).
+    pub fn name(&self) -> &str {
+        &self.label
+    }
+
+    /// Whether it generates text (a Llama decoder).
+    fn generates(&self) -> bool {
+        self.loaded.llama().is_some()
+    }
+
+    /// The built-in model a deployment's bundles name.
+    fn builtin(&self) -> anyhow::Result<ModelName> {
+        self.builtin.ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: deployed servers serve built-in models only (a model from a folder runs in this process)",
+                self.label
+            )
+        })
     }
 
     /// What the model is.
@@ -261,7 +296,7 @@ impl Model {
             Loaded::Llama(m) => (m.w.config.hidden, None, "last token's logits"),
         };
         ModelInfo {
-            name: self.name.name(),
+            name: self.label.to_string(),
             implementation: self.imp.name(),
             n: fx.n,
             f: fx.f,
@@ -271,7 +306,7 @@ impl Model {
             max_seq,
             output,
             output_scale: self.output_scale(),
-            generates: self.name.generates(),
+            generates: self.generates(),
         }
     }
 
@@ -312,7 +347,7 @@ impl Model {
     fn check_seq(&self, seq: usize) -> anyhow::Result<()> {
         ensure!(seq > 0, "no tokens");
         if let Some(max) = self.info().max_seq {
-            ensure!(seq <= max, "{} tokens: {} takes at most {max}", seq, self.name);
+            ensure!(seq <= max, "{} tokens: {} takes at most {max}", seq, self.label);
         }
         Ok(())
     }
@@ -370,7 +405,7 @@ impl Model {
         input: Input<'_>,
         secure: bool,
         reference: bool,
-        mut progress: impl FnMut(usize, usize),
+        mut progress: impl FnMut(usize, usize) + Send,
     ) -> anyhow::Result<Run> {
         let (seq, x) = self.input(input)?;
         let g = self.loaded.graph(seq)?;
@@ -380,14 +415,27 @@ impl Model {
         };
         let (output, matches, costs) = if secure {
             let mut rng = fss::rng::os_rng()?;
-            let o = crate::model::run(
+            let (keys, temp) = if self.keys_in_memory {
+                (KeysAt::Memory, None)
+            } else {
+                let d = temp_keys_dir("keys");
+                (KeysAt::Disk(d.clone()), Some(d))
+            };
+            let float_out = float.as_deref().unwrap_or(&[]);
+            let o = crate::model::run_with(
                 &g,
                 &x,
-                float.as_deref().unwrap_or(&[]),
+                float_out,
                 self.imp,
                 &mut rng,
                 &mut progress,
-            )?;
+                Link::default(),
+                &keys,
+            );
+            if let Some(d) = temp {
+                let _ = std::fs::remove_dir_all(d);
+            }
+            let o = o?;
             let costs = Costs {
                 online_ms: o.online.as_secs_f64() * 1e3,
                 keygen_ms: Some(o.deal.time.as_secs_f64() * 1e3),
@@ -428,10 +476,10 @@ impl Model {
         texts: &[String],
         secure: bool,
         reference: bool,
-        mut progress: impl FnMut(usize, usize, usize),
+        mut progress: impl FnMut(usize, usize, usize) + Send,
     ) -> anyhow::Result<Vec<Run>> {
-        if self.name.generates() {
-            bail!("{} generates text (its output is logits): use generate() or forward()", self.name);
+        if self.generates() {
+            bail!("{} generates text (its output is logits): use generate() or forward()", self.label);
         }
         let mut runs = Vec::with_capacity(texts.len());
         for (i, text) in texts.iter().enumerate() {
@@ -445,9 +493,9 @@ impl Model {
     }
 
     fn llama(&self) -> anyhow::Result<&Llama> {
-        self.loaded
-            .llama()
-            .ok_or_else(|| anyhow::anyhow!("{} does not generate text: use llama-tiny or smollm2", self.name))
+        self.loaded.llama().ok_or_else(|| {
+            anyhow::anyhow!("{} does not generate text: use llama-tiny or smollm2", self.label)
+        })
     }
 
     /// The prompt's tokens for a generation.
@@ -477,12 +525,7 @@ impl Model {
             (_, true) => (KeysAt::Memory, None),
             (Some(d), false) => (KeysAt::Disk(d.clone()), None),
             (None, false) => {
-                static SESSIONS: AtomicU64 = AtomicU64::new(0);
-                let d = std::env::temp_dir().join(format!(
-                    "fusefss-python-generate-{}-{}",
-                    std::process::id(),
-                    SESSIONS.fetch_add(1, Ordering::Relaxed)
-                ));
+                let d = temp_keys_dir("generate");
                 (KeysAt::Disk(d.clone()), Some(d))
             }
         };
@@ -567,8 +610,12 @@ impl Client {
         rng.fill_bytes(&mut id);
         let g = loaded.graph(seq)?;
         let out_len = g.shape(g.output).len();
-        let shape =
-            Shape { model: model.name, seq: seq as u32, layers: Some(loaded.layers() as u32), new: None };
+        let shape = Shape {
+            model: model.builtin()?,
+            seq: seq as u32,
+            layers: Some(loaded.layers() as u32),
+            new: None,
+        };
         let (mut q, msgs) = ClientQuery::new(id, shape, [x0, x1], out_len);
         let (tx, rx) = std::sync::mpsc::channel();
         for (party, msgs) in [0u8, 1].into_iter().zip(msgs) {
@@ -638,7 +685,7 @@ impl Client {
         let (n, f) = (m.fx.fx.n, m.fx.fx.f);
         let vocab = m.w.config.vocab;
         let shape = Shape {
-            model: model.name,
+            model: model.builtin()?,
             seq: ids.len() as u32,
             layers: Some(model.loaded.layers() as u32),
             new: Some(o.max_new_tokens as u32),
