@@ -220,6 +220,25 @@ pub fn run_session(
     opts: &SessionOpts,
     mut each: impl FnMut(&StepRow),
 ) -> anyhow::Result<Session> {
+    run_session_until(m, prompt, new_tokens, imp, sampling, opts, |r| {
+        each(r);
+        true
+    })
+}
+
+/// As [`run_session`], ending the session early (its keys unused) when `each` returns false.
+///
+/// # Errors
+/// If a program does not build or a run fails.
+pub fn run_session_until(
+    m: &Llama,
+    prompt: &[u32],
+    new_tokens: usize,
+    imp: Impl,
+    sampling: Sampling,
+    opts: &SessionOpts,
+    mut each: impl FnMut(&StepRow) -> bool,
+) -> anyhow::Result<Session> {
     let shape = SessionShape { prompt_len: prompt.len(), new_tokens };
     let mut keys = Keys::prepare(m, imp, shape, &opts.keys)?;
     let mut client = fss::rng::os_rng()?;
@@ -271,12 +290,12 @@ pub fn run_session(
                 v[0] - v.get(1).copied().unwrap_or(v[0])
             },
         };
-        each(&row);
+        let go_on = each(&row);
         steps.push(row);
         held = [r0.carried, r1.carried];
         plain_cache = next_plain;
         ids.push(token);
-        if opts.stop_at_eos && Some(token) == m.eos {
+        if !go_on || (opts.stop_at_eos && Some(token) == m.eos) {
             break;
         }
     }

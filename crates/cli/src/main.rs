@@ -7,12 +7,7 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-mod bench;
-mod demo;
-mod deploy;
-mod fit;
-mod generate;
-mod model;
+use fusefss::{bench, demo, deploy, fit, generate};
 
 /// fusefss — private transformer inference with function secret sharing (FuseFSS).
 ///

@@ -4,7 +4,7 @@ use clap::{Args, Subcommand};
 
 mod fss;
 pub mod model;
-mod ops;
+pub mod ops;
 mod paper;
 
 /// Arguments of `fusefss bench`.

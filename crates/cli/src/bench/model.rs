@@ -76,47 +76,13 @@ pub struct ModelBenchArgs {
 }
 
 pub fn run_bench(a: ModelBenchArgs) -> anyhow::Result<()> {
-    let (loaded, name) = load_model(a.model, a.model_dir.as_deref(), a.layers)?;
-    let ids = loaded.tokens(None, Some(a.seq))?;
-    let (g, x, float_out) = loaded.prepare(&ids)?;
-    let mut rng = fss::rng::os_rng()?;
-    anyhow::ensure!(a.reps >= 1, "--reps must be at least 1");
-    let impls = a.implementation.impls();
-    let link = Link { transport: a.transport, net: a.net.sim() };
-    let names = (a.transport.name(), a.net.name());
-    let (keys, temp) = a.keys.resolve();
-    let mut runs: Vec<Vec<ModelRow>> = impls.iter().map(|_| vec![]).collect();
-    let result = (|| -> anyhow::Result<()> {
-        for rep in 0..a.warmup + a.reps {
-            for (i, &imp) in impls.iter().enumerate() {
-                reset_peak_rss();
-                let o = run_with(&g, &x, &float_out, imp, &mut rng, |_, _| {}, link, &keys)?;
-                if rep >= a.warmup {
-                    runs[i].push(ModelRow::new(&name, imp, &g, loaded.layers(), &o, names));
-                }
-            }
-        }
-        Ok(())
-    })();
-    if let Some(d) = temp {
-        let _ = std::fs::remove_dir_all(d);
-    }
-    result?;
-    for mut rows in runs {
-        let peak = rows.iter().map(|r| r.peak_rss_bytes).max().unwrap_or(0);
-        // The median run's row (its layer times and keygen), with every run's online time.
-        let times: Vec<f64> = rows.iter().map(|r| r.online_ms).collect();
-        rows.sort_by(|a, b| a.online_ms.total_cmp(&b.online_ms));
-        let mut row = rows.swap_remove(rows.len() / 2);
-        row.online_ms = super::median(times.clone());
-        row.online_ms_runs = times;
-        row.peak_rss_bytes = peak;
+    for row in rows(&a, |_, _| {})? {
         if a.json {
             println!("{}", serde_json::to_string(&row)?);
         } else {
             println!(
                 "{} {} seq {} layers {} ({}, net {}): online {:.0} ms, keygen {:.0} ms, key {:.1} MB, comm {:.1} MB, {} rounds, \
-                 exact {}, max |err| vs f64 {:.2e}, cosine {:.6}",
+             exact {}, max |err| vs f64 {:.2e}, cosine {:.6}",
                 row.model,
                 row.implementation,
                 row.seq,
@@ -141,4 +107,50 @@ pub fn run_bench(a: ModelBenchArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The rows `bench model` prints, one per implementation; `progress(done, total)` counts
+/// the runs (warm-up and timed).
+pub fn rows(a: &ModelBenchArgs, mut progress: impl FnMut(usize, usize)) -> anyhow::Result<Vec<ModelRow>> {
+    let (loaded, name) = load_model(a.model, a.model_dir.as_deref(), a.layers)?;
+    let ids = loaded.tokens(None, Some(a.seq))?;
+    let (g, x, float_out) = loaded.prepare(&ids)?;
+    let mut rng = fss::rng::os_rng()?;
+    anyhow::ensure!(a.reps >= 1, "--reps must be at least 1");
+    let impls = a.implementation.impls();
+    let link = Link { transport: a.transport, net: a.net.sim() };
+    let names = (a.transport.name(), a.net.name());
+    let (keys, temp) = a.keys.resolve();
+    let mut runs: Vec<Vec<ModelRow>> = impls.iter().map(|_| vec![]).collect();
+    let total = (a.warmup + a.reps) * impls.len();
+    let result = (|| -> anyhow::Result<()> {
+        for rep in 0..a.warmup + a.reps {
+            for (i, &imp) in impls.iter().enumerate() {
+                reset_peak_rss();
+                let o = run_with(&g, &x, &float_out, imp, &mut rng, |_, _| {}, link, &keys)?;
+                if rep >= a.warmup {
+                    runs[i].push(ModelRow::new(&name, imp, &g, loaded.layers(), &o, names));
+                }
+                progress(rep * impls.len() + i + 1, total);
+            }
+        }
+        Ok(())
+    })();
+    if let Some(d) = temp {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    result?;
+    let mut out = Vec::with_capacity(runs.len());
+    for mut rows in runs {
+        let peak = rows.iter().map(|r| r.peak_rss_bytes).max().unwrap_or(0);
+        // The median run's row (its layer times and keygen), with every run's online time.
+        let times: Vec<f64> = rows.iter().map(|r| r.online_ms).collect();
+        rows.sort_by(|a, b| a.online_ms.total_cmp(&b.online_ms));
+        let mut row = rows.swap_remove(rows.len() / 2);
+        row.online_ms = super::median(times.clone());
+        row.online_ms_runs = times;
+        row.peak_rss_bytes = peak;
+        out.push(row);
+    }
+    Ok(out)
 }

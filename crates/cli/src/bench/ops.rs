@@ -89,7 +89,7 @@ pub struct OpsBenchArgs {
     /// Also measure the compiled operator of this spec file (JSON; see `fusefss fit`), as a
     /// row named after the spec, on inputs spread over its whole domain.
     #[arg(long)]
-    spec: Option<std::path::PathBuf>,
+    pub(crate) spec: Option<std::path::PathBuf>,
     /// Compiled GeLU and SiLU: round the residual to a multiple of `2^quantum` ulps (error at
     /// most `2^{quantum−1}` ulps, about `2^quantum` times fewer intervals; 0 is exact rounding).
     #[arg(long, default_value_t = 0)]
@@ -123,7 +123,7 @@ pub struct OpsBenchArgs {
 
 /// One line of output.
 #[derive(Serialize)]
-struct Row {
+pub struct Row {
     op: String,
     #[serde(rename = "impl")]
     implementation: &'static str,
@@ -173,18 +173,7 @@ const OPS: &[(&str, bool, bool)] = &[
 ];
 
 pub fn run(args: OpsBenchArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.reps > 0 && args.threads > 0 && args.elements > 0,
-        "--reps, --threads and --elements must be positive"
-    );
-    anyhow::ensure!(
-        (2 * args.f + 10..=64).contains(&args.n) && args.f >= 8,
-        "need 8 ≤ f and 2f + 10 ≤ n ≤ 64"
-    );
-    if let Some(bad) = args.ops.iter().flatten().find(|o| !OPS.iter().any(|(n, _, _)| n == o)) {
-        let names: Vec<&str> = OPS.iter().map(|o| o.0).collect();
-        bail!("unknown operator {bad:?}; known: {}", names.join(", "));
-    }
+    check(&args)?;
     let user_spec = match &args.spec {
         Some(path) => {
             let text =
@@ -193,8 +182,6 @@ pub fn run(args: OpsBenchArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(args.threads).build()?;
-    let mut rng = fss::rng::os_rng().context("the OS random number generator is unavailable")?;
     if !args.json {
         println!(
             "{:<15} {:<8} {:>9} {:>10} {:>10} {:>6} {:>12} {:>12} {:>6} {:>10}  shape",
@@ -232,6 +219,36 @@ pub fn run(args: OpsBenchArgs) -> anyhow::Result<()> {
         }
         Ok(())
     };
+    rows(&args, user_spec.as_ref(), print)
+}
+
+/// The checks on the arguments that come before any work.
+fn check(args: &OpsBenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.reps > 0 && args.threads > 0 && args.elements > 0,
+        "--reps, --threads and --elements must be positive"
+    );
+    anyhow::ensure!(
+        (2 * args.f + 10..=64).contains(&args.n) && args.f >= 8,
+        "need 8 ≤ f and 2f + 10 ≤ n ≤ 64"
+    );
+    if let Some(bad) = args.ops.iter().flatten().find(|o| !OPS.iter().any(|(n, _, _)| n == o)) {
+        let names: Vec<&str> = OPS.iter().map(|o| o.0).collect();
+        bail!("unknown operator {bad:?}; known: {}", names.join(", "));
+    }
+    Ok(())
+}
+
+/// Measure every operator `args` selects (and `user_spec`'s, last), handing each row to
+/// `each` as it is measured: the rows `bench ops` prints.
+pub fn rows(
+    args: &OpsBenchArgs,
+    user_spec: Option<&OperatorSpec>,
+    mut each: impl FnMut(&Row) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    check(args)?;
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(args.threads).build()?;
+    let mut rng = fss::rng::os_rng().context("the OS random number generator is unavailable")?;
     let (sigma, fuse) = match args.implementation {
         ImplChoice::Sigma => (true, false),
         ImplChoice::Fusefss => (false, true),
@@ -243,13 +260,13 @@ pub fn run(args: OpsBenchArgs) -> anyhow::Result<()> {
         }
         if sigma && has_sigma {
             let row = pool
-                .install(|| sigma_op(op, &args, &mut rng))
+                .install(|| sigma_op(op, args, &mut rng))
                 .with_context(|| format!("operator {op} (sigma)"))?;
-            print(&row)?;
+            each(&row)?;
         }
         if fuse && has_fuse {
-            match pool.install(|| fusefss_op(op, &args, &mut rng)) {
-                Ok(row) => print(&row)?,
+            match pool.install(|| fusefss_op(op, args, &mut rng)) {
+                Ok(row) => each(&row)?,
                 // A backend chosen by flag may not apply to every operator: say so, go on.
                 Err(e) if e.downcast_ref::<SpecError>().is_some() => {
                     eprintln!("{op} (fusefss): skipped: {}", e.root_cause());
@@ -259,10 +276,9 @@ pub fn run(args: OpsBenchArgs) -> anyhow::Result<()> {
         }
     }
     if let Some(spec) = user_spec {
-        let row = pool
-            .install(|| user_op(&spec, &args, &mut rng))
-            .with_context(|| format!("spec {}", spec.name))?;
-        print(&row)?;
+        let row =
+            pool.install(|| user_op(spec, args, &mut rng)).with_context(|| format!("spec {}", spec.name))?;
+        each(&row)?;
     }
     Ok(())
 }
@@ -539,7 +555,7 @@ fn options(a: &OpsBenchArgs) -> CompileOptions {
 }
 
 /// Compile `spec` with the command's backends (a reduced view takes the spec's row shift).
-fn compile_for(spec: &OperatorSpec, a: &OpsBenchArgs) -> anyhow::Result<Arc<Program>> {
+pub fn compile_for(spec: &OperatorSpec, a: &OpsBenchArgs) -> anyhow::Result<Arc<Program>> {
     let mut o = options(a);
     if let Some(LookupBackend::ReducedView { .. }) = o.lookup {
         let shift = compiler::program::reduced_view_shift(spec).ok_or_else(|| {
@@ -553,7 +569,8 @@ fn compile_for(spec: &OperatorSpec, a: &OpsBenchArgs) -> anyhow::Result<Arc<Prog
     Ok(Arc::new(compile(spec, o)?))
 }
 
-fn backend_name(p: &Program) -> String {
+/// The comparison keying, lookup backend and full-width mode of a compiled program.
+pub fn backend_name(p: &Program) -> String {
     let cmp = match p.cmp {
         CmpBackend::OneKey => "one-key",
         CmpBackend::PerThreshold => "per-threshold",

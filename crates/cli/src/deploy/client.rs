@@ -208,7 +208,7 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
 }
 
 /// A TLS connection to server `party` (its certificate pinned).
-fn connect(party: u8, addr: &str, dir: &std::path::Path, me: &tls::Identity) -> anyhow::Result<Conn> {
+pub fn connect(party: u8, addr: &str, dir: &std::path::Path, me: &tls::Identity) -> anyhow::Result<Conn> {
     let cert = tls::load_cert(dir, Role::server(party))?;
     let cfg = tls::client_config(me, cert)?;
     let sa = addr
@@ -224,7 +224,7 @@ fn connect(party: u8, addr: &str, dir: &std::path::Path, me: &tls::Identity) -> 
 
 /// Send the query to server `party` and wait for its reply (the answer frame is limited
 /// by the output's size).
-fn ask(
+pub fn ask(
     party: u8,
     addr: &str,
     dir: &std::path::Path,
