@@ -41,7 +41,25 @@ impl WordColumn {
 
     /// Read `len` words of `width` bits (the stored layout: `width` bits per element).
     pub(crate) fn read(r: &mut BitReader<'_>, len: usize, width: u32) -> Result<WordColumn, DecodeError> {
-        Ok(WordColumn::new(gates::keyio::get_words(r, len, width)?, width))
+        // Straight into the column's class: the stored layout of a one-bit column is its
+        // bits in order, 64 to a word.
+        Ok(match width {
+            0 => WordColumn::Bits(vec![0; len.div_ceil(64)]),
+            1 => {
+                let mut v = Vec::with_capacity(len.div_ceil(64));
+                r.get_run(64, len / 64, &mut v)?;
+                if !len.is_multiple_of(64) {
+                    v.push(r.get((len % 64) as u32)?);
+                }
+                WordColumn::Bits(v)
+            }
+            2..=32 => {
+                let mut v = Vec::new();
+                r.get_run_map(width, len, &mut v, |x| x as u32)?;
+                WordColumn::Narrow(v)
+            }
+            _ => WordColumn::Wide(gates::keyio::get_words(r, len, width)?),
+        })
     }
 
     /// Write the `len` words at `width` bits each (the layout [`WordColumn::read`] reads).

@@ -813,8 +813,11 @@ impl AdpfKeys {
     ) -> Result<AdpfKeys, DecodeError> {
         walk::check_remaining(r, count as u64 * params.key_bits())?;
         let tree = TreeKeys::read(r, params.levels(), count)?;
-        let fcw =
-            (0..count * params.leaf_words()).map(|_| r.get(params.out_bits)).collect::<Result<_, _>>()?;
+        let fcw = {
+            let mut v = Vec::new();
+            r.get_run(params.out_bits, count * params.leaf_words(), &mut v)?;
+            v
+        };
         Ok(AdpfKeys { params, party, tree, fcw })
     }
 

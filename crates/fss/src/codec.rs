@@ -142,6 +142,99 @@ impl<'a> BitReader<'a> {
         Ok(v)
     }
 
+    /// Read `count` fields of `bits ≤ 64` bits each, appended to `out`: as `count` calls of
+    /// [`BitReader::get`], with one bounds check for the run (key material is long runs of
+    /// fields of one width).
+    ///
+    /// # Errors
+    /// [`DecodeError::Truncated`] if fewer than `count · bits` bits remain (nothing is read).
+    pub fn get_run(&mut self, bits: u32, count: usize, out: &mut Vec<u64>) -> Result<(), DecodeError> {
+        self.get_run_map(bits, count, out, |v| v)
+    }
+
+    /// As [`BitReader::get_run`], each field mapped by `map` (say, into a narrower type)
+    /// as it is read.
+    ///
+    /// # Errors
+    /// As [`BitReader::get_run`].
+    pub fn get_run_map<T>(
+        &mut self,
+        bits: u32,
+        count: usize,
+        out: &mut Vec<T>,
+        map: impl Fn(u64) -> T,
+    ) -> Result<(), DecodeError> {
+        debug_assert!(bits <= 64);
+        let need = count as u64 * bits as u64;
+        if need > self.remaining_bits() {
+            return Err(DecodeError::Truncated {
+                needed: (self.pos + need).div_ceil(8) as usize,
+                available: self.data.len(),
+            });
+        }
+        out.reserve(count);
+        if bits == 0 {
+            out.extend(std::iter::repeat_with(|| map(0)).take(count));
+            return Ok(());
+        }
+        let m = mask(bits);
+        // Fields whose 16-byte window lies inside the data, read without further checks;
+        // the last few through `get`.
+        let safe_end = (self.data.len().saturating_sub(16) as u64) * 8;
+        let mut left = count;
+        while left > 0 && self.pos < safe_end {
+            let first = (self.pos / 8) as usize;
+            let w = u128::from_le_bytes(self.data[first..first + 16].try_into().expect("16 bytes"));
+            out.push(map((w >> (self.pos % 8)) as u64 & m));
+            self.pos += bits as u64;
+            left -= 1;
+        }
+        for _ in 0..left {
+            out.push(map(self.get(bits)?));
+        }
+        Ok(())
+    }
+
+    /// Read `count` 128-bit blocks, appended to `out` (as `count` calls of
+    /// [`BitReader::get_u128`], one bounds check for the run).
+    ///
+    /// # Errors
+    /// [`DecodeError::Truncated`] if fewer than `128 · count` bits remain (nothing is read).
+    pub fn get_u128_run(&mut self, count: usize, out: &mut Vec<u128>) -> Result<(), DecodeError> {
+        let need = count as u64 * 128;
+        if need > self.remaining_bits() {
+            return Err(DecodeError::Truncated {
+                needed: (self.pos + need).div_ceil(8) as usize,
+                available: self.data.len(),
+            });
+        }
+        out.reserve(count);
+        if self.pos.is_multiple_of(8) {
+            // Byte-aligned: the blocks are the bytes as they are.
+            let first = (self.pos / 8) as usize;
+            let bytes = &self.data[first..first + 16 * count];
+            out.extend(bytes.chunks_exact(16).map(|c| u128::from_le_bytes(c.try_into().expect("16 bytes"))));
+            self.pos += need;
+            return Ok(());
+        }
+        // Not byte-aligned: each block from 17 bytes, shifted (`o` is 1..=7), while they lie
+        // inside the data; the last few through `get_u128`.
+        let o = (self.pos % 8) as u32;
+        let mut left = count;
+        while left > 0 {
+            let first = (self.pos / 8) as usize;
+            let Some(b) = self.data.get(first..first + 17) else { break };
+            let w = u128::from_le_bytes(b[..16].try_into().expect("16 bytes"));
+            out.push((w >> o) | (u128::from(b[16]) << (128 - o)));
+            self.pos += 128;
+            left -= 1;
+        }
+        for _ in 0..left {
+            out.push(self.get_u128()?);
+        }
+        Ok(())
+    }
+
     /// Read one bit.
     #[inline]
     pub fn get_bit(&mut self) -> Result<bool, DecodeError> {
@@ -299,6 +392,46 @@ mod tests {
         }
         assert_eq!(r.get_u128().unwrap(), 0x0123_4567_89ab_cdef_0011_2233_4455_6677);
         r.finish().unwrap();
+    }
+
+    #[test]
+    fn runs_read_what_single_reads_read() {
+        // Runs of every width, after every offset in a byte, across the end where the
+        // unchecked window stops, against field-by-field reads of the same stream.
+        let mut x = 0x243f_6a88_85a3_08d3u64;
+        let mut next = || {
+            x = x.rotate_left(13).wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(1);
+            x
+        };
+        for lead in 0..8u32 {
+            for bits in [0u32, 1, 3, 8, 12, 37, 56, 63, 64] {
+                let count = 41;
+                let mut w = BitWriter::new();
+                w.put(next() & mask(lead), lead);
+                let vals: Vec<u64> = (0..count).map(|_| next() & mask(bits)).collect();
+                vals.iter().for_each(|&v| w.put(v, bits));
+                let blocks: Vec<u128> =
+                    (0..count).map(|_| u128::from(next()) << 64 | u128::from(next())).collect();
+                blocks.iter().for_each(|&b| w.put_u128(b));
+                let bytes = w.finish();
+                let mut r = BitReader::new(&bytes);
+                r.get(lead).unwrap();
+                let (mut got, mut got32, mut got_b) = (vec![], vec![], vec![]);
+                let mut r2 = BitReader::new(&bytes);
+                r2.get(lead).unwrap();
+                r.get_run(bits, count, &mut got).unwrap();
+                r2.get_run_map(bits, count, &mut got32, |v| v as u128).unwrap();
+                r.get_u128_run(count, &mut got_b).unwrap();
+                assert_eq!(got, vals, "{lead} + {bits}");
+                assert_eq!(got32, vals.iter().map(|&v| u128::from(v)).collect::<Vec<_>>());
+                assert_eq!(got_b, blocks, "{lead} + {bits}");
+                r.finish().unwrap();
+                // A run longer than the stream reads nothing and fails.
+                let mut r = BitReader::new(&bytes);
+                let mut none = vec![];
+                assert!(r.get_u128_run(count + 100, &mut none).is_err() && none.is_empty());
+            }
+        }
     }
 
     #[test]

@@ -526,9 +526,10 @@ impl DcfKeys {
         walk::check_remaining(r, count as u64 * params.key_bits())?;
         let tree = TreeKeys::read(r, params.domain_bits, count)?;
         let kw = params.words();
-        let mut word = || r.get(params.out_bits);
-        let vcw = (0..params.domain_bits as usize * count * kw).map(|_| word()).collect::<Result<_, _>>()?;
-        let fcw = (0..count * kw).map(|_| word()).collect::<Result<_, _>>()?;
+        let mut vcw = Vec::new();
+        r.get_run(params.out_bits, params.domain_bits as usize * count * kw, &mut vcw)?;
+        let mut fcw = Vec::new();
+        r.get_run(params.out_bits, count * kw, &mut fcw)?;
         Ok(DcfKeys { params, party, tree, vcw, fcw })
     }
 

@@ -337,7 +337,8 @@ impl DpfKeys {
     ) -> Result<DpfKeys, DecodeError> {
         walk::check_remaining(r, count as u64 * params.key_bits())?;
         let tree = TreeKeys::read(r, params.domain_bits, count)?;
-        let fcw = (0..count).map(|_| r.get(params.out_bits)).collect::<Result<_, _>>()?;
+        let mut fcw = Vec::new();
+        r.get_run(params.out_bits, count, &mut fcw)?;
         Ok(DpfKeys { params, party, tree, fcw })
     }
 

@@ -134,23 +134,21 @@ impl TreeKeys {
             });
         }
         let mut t = TreeKeys::with_capacity(levels, keys);
-        for _ in 0..keys {
-            let root = r.get_u128()?;
-            if root & 1 != 0 {
-                return Err(DecodeError::InvalidField("root seed has its control bit set"));
-            }
-            t.roots.push(root);
+        r.get_u128_run(keys, &mut t.roots)?;
+        if t.roots.iter().any(|root| root & 1 != 0) {
+            return Err(DecodeError::InvalidField("root seed has its control bit set"));
         }
-        for _ in 0..keys * levels as usize {
-            let c = r.get_u128()?;
-            if c & 1 != 0 {
-                return Err(DecodeError::InvalidField("seed correction word has bit 0 set"));
-            }
-            t.push_scw(c);
+        let mut scw = Vec::with_capacity(keys * levels as usize);
+        r.get_u128_run(keys * levels as usize, &mut scw)?;
+        if scw.iter().any(|c| c & 1 != 0) {
+            return Err(DecodeError::InvalidField("seed correction word has bit 0 set"));
         }
-        for _ in 0..keys {
-            t.tcw_left.push(r.get(levels)?);
-            t.tcw_right.push(r.get(levels)?);
+        scw.into_iter().for_each(|c| t.push_scw(c));
+        let mut tcw = Vec::with_capacity(2 * keys);
+        r.get_run(levels, 2 * keys, &mut tcw)?;
+        for pair in tcw.chunks_exact(2) {
+            t.tcw_left.push(pair[0]);
+            t.tcw_right.push(pair[1]);
         }
         Ok(t)
     }

@@ -136,7 +136,9 @@ pub fn get_words(r: &mut BitReader<'_>, count: usize, bits: u32) -> Result<Vec<u
             available: (r.remaining_bits() / 8) as usize,
         });
     }
-    (0..count).map(|_| r.get(bits)).collect()
+    let mut v = Vec::new();
+    r.get_run(bits, count, &mut v)?;
+    Ok(v)
 }
 
 /// Append bits.

@@ -224,8 +224,11 @@ impl BitDpfKeys {
             return Ok(BitDpfKeys { params, party, tree: TreeKeys::with_capacity(0, 0), leaf_cw });
         }
         let tree = TreeKeys::read(r, params.levels() - 1, count)?;
-        let leaf_cw =
-            (0..count).map(|_| Ok([r.get_u128()?, r.get_u128()?])).collect::<Result<_, DecodeError>>()?;
+        let leaf_cw = {
+            let mut v = Vec::new();
+            r.get_u128_run(2 * count, &mut v)?;
+            v.chunks_exact(2).map(|c| [c[0], c[1]]).collect()
+        };
         Ok(BitDpfKeys { params, party, tree, leaf_cw })
     }
 
