@@ -306,6 +306,31 @@ impl Node {
         }
     }
 
+    /// The operation's name in JSON (`"op"`).
+    pub fn op(&self) -> &'static str {
+        match self {
+            Node::Const { .. } => "const",
+            Node::X => "x",
+            Node::Poly { .. } => "poly",
+            Node::Aux { .. } => "aux",
+            Node::Kappa { .. } => "kappa",
+            Node::Add { .. } => "add",
+            Node::Sub { .. } => "sub",
+            Node::Scale { .. } => "scale",
+            Node::Mul { .. } => "mul",
+            Node::B2a { .. } => "b2a",
+            Node::Select { .. } => "select",
+            Node::Shr { .. } => "shr",
+            Node::Bool { .. } => "bool",
+            Node::Atom { .. } => "atom",
+            Node::Bit { .. } => "bit",
+            Node::Not { .. } => "not",
+            Node::Xor { .. } => "xor",
+            Node::And { .. } => "and",
+            Node::Or { .. } => "or",
+        }
+    }
+
     /// The operands and the kind each must have.
     pub fn operands(&self) -> Vec<(usize, Kind)> {
         use Kind::{Arith as A, Bool as B};
@@ -366,9 +391,72 @@ pub enum SpecError {
     /// The spec is valid but too large for the compiler's limits.
     #[error("too large: {0}")]
     TooLarge(String),
+    /// Compiling the spec would build more than a limit of `CompileOptions::limits` allows:
+    /// where, what, the estimate and the limit.
+    #[error("{site}: {estimate} {measure} (estimated) exceed the limit of {limit} (CompileOptions::limits)")]
+    Limit {
+        /// The part of the spec being compiled.
+        site: Site,
+        /// What was counted.
+        measure: Measure,
+        /// The estimate when compilation stopped.
+        estimate: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// The JSON text does not describe a spec.
     #[error("not a spec: {0}")]
     Json(String),
+}
+
+/// The part of a spec a [`SpecError::Limit`] names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Site {
+    /// The pieces: their polynomials and constants through the lookup.
+    Pieces,
+    /// Boolean formula `index` of the pieces.
+    Formula(usize),
+    /// Node `index` of `Φ`, with its `op`.
+    Node {
+        /// The node's index.
+        index: usize,
+        /// Its operation, as the JSON names it.
+        op: &'static str,
+    },
+    /// The outputs and the program assembled from them.
+    Program,
+}
+
+impl std::fmt::Display for Site {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Site::Pieces => write!(f, "the pieces"),
+            Site::Formula(j) => write!(f, "formula {j}"),
+            Site::Node { index, op } => write!(f, "phi node {index} ({op})"),
+            Site::Program => write!(f, "the program"),
+        }
+    }
+}
+
+/// What a [`SpecError::Limit`] counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Measure {
+    /// Terms of the symbolic polynomials built while lowering (and cells evaluated).
+    Terms,
+    /// Dealer words of the program.
+    Words,
+    /// Key bytes of one party per element.
+    KeyBytes,
+}
+
+impl std::fmt::Display for Measure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Measure::Terms => "symbolic terms",
+            Measure::Words => "dealer words",
+            Measure::KeyBytes => "key bytes per element",
+        })
+    }
 }
 
 /// The value of a spec on one input: its arithmetic and Boolean outputs.
