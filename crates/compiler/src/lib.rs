@@ -41,5 +41,5 @@ pub mod sym;
 mod word_column;
 
 pub use gate::{CompiledGate, CompiledKey, CompiledShape};
-pub use program::{CmpBackend, CompileOptions, Cost, LookupBackend, Program, compile};
+pub use program::{CmpBackend, CompileOptions, Cost, Limits, LookupBackend, Program, compile};
 pub use spec::{OperatorSpec, SpecError};

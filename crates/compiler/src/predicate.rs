@@ -392,6 +392,17 @@ pub fn step_bits(fams: &mut Families, starts: &[u64], values: &[u64], width: u32
         .collect()
 }
 
+/// A one-bit step function of `x mod 2^bits` (`bits < n`): `values[k]` from `starts[k]` on
+/// (`starts[0] = 0`), XOR-linear in the shares of the `bits`-bit family as [`step_bits`] is in
+/// the full-width one.
+pub fn low_step_bit(fams: &mut Families, bits: u32, starts: &[u64], values: &[u64]) -> LinBit {
+    let mut v = vec![LinBit::constant(values[0] & 1 == 1)];
+    for beta in flips(starts, values, 0) {
+        v.push(fams.below(bits, beta).a.not());
+    }
+    LinBit::xor_all(&v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -206,6 +206,23 @@ impl Sym {
         out
     }
 
+    /// Number of terms.
+    pub fn len(&self) -> usize {
+        self.terms.len()
+    }
+
+    /// Whether it is the zero polynomial.
+    pub fn is_empty(&self) -> bool {
+        self.terms.is_empty()
+    }
+
+    /// The highest power of any one variable.
+    pub fn max_exponent(&self) -> u32 {
+        let pe = |m: &Mono<PVar>| m.iter().map(|&(_, e)| e as u32).max().unwrap_or(0);
+        let se = |m: &Mono<SVar>| m.iter().map(|&(_, e)| e as u32).max().unwrap_or(0);
+        self.terms.keys().map(|(p, s)| pe(p).max(se(s))).max().unwrap_or(0)
+    }
+
     /// Whether the polynomial uses a party-local share or a dealer secret.
     pub fn is_public(&self) -> bool {
         self.terms.keys().all(|(_, s)| s.is_empty())

@@ -551,6 +551,7 @@ fn options(a: &OpsBenchArgs) -> CompileOptions {
         },
         split: a.split,
         grouped: a.grouped.filter(|&w| w > 0),
+        ..CompileOptions::default()
     }
 }
 

@@ -52,7 +52,33 @@ pub struct CompileOptions {
     /// bytes more per element, for a grid whose cells widen octave by octave (`1/√x`) read
     /// from a few windows instead of a trie path per cell.
     pub grouped: Option<u32>,
+    /// How large a program compilation may build before it refuses the spec.
+    pub limits: Limits,
 }
+
+/// Bounds on one compilation: past one, [`crate::compile`] stops with
+/// [`crate::SpecError::Limit`], naming the part of the spec it was lowering and the
+/// estimate. The defaults refuse a spec within about a second and admit every library
+/// operator with room to spare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Limits {
+    /// Symbolic terms one choice of backends may build: terms of the polynomials products
+    /// and sums make, step-function bits, and cells a Boolean value is evaluated on.
+    pub terms: u64,
+    /// Dealer words of the program.
+    pub words: u64,
+    /// Key bytes of one party per element.
+    pub key_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { terms: DEFAULT_TERMS, words: 1 << 16, key_bytes: 1 << 20 }
+    }
+}
+
+/// The default of [`Limits::terms`].
+const DEFAULT_TERMS: u64 = 1 << 24;
 
 /// What a party sums into a linear form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

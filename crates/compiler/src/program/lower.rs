@@ -6,65 +6,25 @@ use std::collections::HashMap;
 
 use fss::ring::mask;
 
+use super::bexpr::BExpr;
+use super::budget::Budget;
+use super::cells::{Cells, Cover, Reads, StepFn, formula_at};
 use super::ir::{
-    CmpBackend, DcfPlan, Exchange, LookupBackend, LookupPlan, MAX_TABLE_BITS, Program, TablePlan,
+    CmpBackend, DcfPlan, Exchange, Limits, LookupBackend, LookupPlan, MAX_TABLE_BITS, Program, TablePlan,
 };
+use super::phi::Val;
 use super::prep::alignment_runs;
 use super::words::Builder;
-use crate::predicate::{Families, FullWidth, LinBit, SplitBit, renumber, step_bits, step_bits_high};
-use crate::spec::{Atom, BoolExpr, Kind, Node, OperatorSpec, Output, SpecError, word};
+use crate::predicate::{
+    Families, FullWidth, LinBit, SplitBit, low_step_bit, renumber, step_bits, step_bits_high,
+};
+use crate::spec::{Atom, BoolExpr, Kind, OperatorSpec, Output, Site, SpecError, word};
 use crate::sym::{Mono, PVar, SVar, Sym};
-
-/// A Boolean value during lowering.
-#[derive(Clone, Debug)]
-enum BExpr {
-    Leaf(LinBit),
-    /// A local XOR share that is not a comparison bit (a lookup output's low bit).
-    Loc(u32),
-    And(Vec<BExpr>),
-    Xor(Vec<BExpr>),
-    Not(Box<BExpr>),
-}
-
-impl BExpr {
-    fn constant(b: bool) -> BExpr {
-        BExpr::Leaf(LinBit::constant(b))
-    }
-
-    fn xor(a: BExpr, b: BExpr) -> BExpr {
-        match (a, b) {
-            (BExpr::Leaf(x), BExpr::Leaf(y)) => BExpr::Leaf(x.xor(&y)),
-            (a, b) => BExpr::Xor(vec![a, b]),
-        }
-    }
-
-    fn not(a: BExpr) -> BExpr {
-        match a {
-            BExpr::Leaf(x) => BExpr::Leaf(x.not()),
-            a => BExpr::Not(Box::new(a)),
-        }
-    }
-
-    fn and(a: BExpr, b: BExpr) -> BExpr {
-        match (a, b) {
-            (BExpr::Leaf(x), _) if x.as_constant() == Some(false) => BExpr::constant(false),
-            (_, BExpr::Leaf(y)) if y.as_constant() == Some(false) => BExpr::constant(false),
-            (BExpr::Leaf(x), b) if x.as_constant() == Some(true) => b,
-            (a, BExpr::Leaf(y)) if y.as_constant() == Some(true) => a,
-            (a, b) => BExpr::And(vec![a, b]),
-        }
-    }
-
-    fn or(a: BExpr, b: BExpr) -> BExpr {
-        // a ∨ b = ¬(¬a ∧ ¬b)
-        BExpr::not(BExpr::and(BExpr::not(a), BExpr::not(b)))
-    }
-}
 
 /// The lowering of one spec with fixed backend choices.
 pub(super) struct Lower<'a> {
-    orig: &'a OperatorSpec,
-    spec: &'a OperatorSpec,
+    pub(super) orig: &'a OperatorSpec,
+    pub(super) spec: &'a OperatorSpec,
     cmp: CmpBackend,
     backend: LookupBackend,
     fams: Families,
@@ -80,9 +40,11 @@ pub(super) struct Lower<'a> {
     beavers: Vec<(Sym, Sym, u32)>,
     lookup: LookupPlan,
     /// Lowered polynomial outputs, constants and formulas of the active piece.
-    polys: Vec<Sym>,
-    consts: Vec<Sym>,
-    bools: Vec<BExpr>,
+    pub(super) polys: Vec<Sym>,
+    pub(super) consts: Vec<Sym>,
+    pub(super) bools: Vec<BExpr>,
+    /// Work done so far against the limits.
+    pub(super) budget: Budget,
 }
 
 impl<'a> Lower<'a> {
@@ -92,6 +54,7 @@ impl<'a> Lower<'a> {
         cmp: CmpBackend,
         backend: LookupBackend,
         mode: FullWidth,
+        limits: Limits,
     ) -> Result<Lower<'a>, SpecError> {
         Ok(Lower {
             orig,
@@ -109,10 +72,11 @@ impl<'a> Lower<'a> {
             polys: vec![],
             consts: vec![],
             bools: vec![],
+            budget: Budget::new(limits),
         })
     }
 
-    fn l(&self) -> u32 {
+    pub(super) fn l(&self) -> u32 {
         self.spec.out_bits
     }
 
@@ -190,7 +154,7 @@ impl<'a> Lower<'a> {
     }
 
     /// The bit as a ring element.
-    fn arith(&mut self, e: &BExpr) -> Sym {
+    pub(super) fn arith(&mut self, e: &BExpr) -> Sym {
         let l = self.l();
         match e {
             BExpr::Leaf(b) => match b.as_constant() {
@@ -221,12 +185,13 @@ impl<'a> Lower<'a> {
                 }
                 acc
             }
+            BExpr::Sum(v) => v.iter().fold(Sym::zero(l), |acc, a| acc.add(&self.arith(a))),
         }
     }
 
     /// The bit as XOR shares (`bits = 1`): linear leaves stay local, factors of products are
     /// opened.
-    fn gf2(&mut self, e: &BExpr, under: bool) -> Sym {
+    pub(super) fn gf2(&mut self, e: &BExpr, under: bool) -> Sym {
         match e {
             BExpr::Leaf(b) => match b.as_constant() {
                 Some(v) => Sym::constant(1, v as u64),
@@ -242,7 +207,9 @@ impl<'a> Lower<'a> {
             }
             BExpr::Loc(id) => Sym::secret(1, SVar::Local(*id)),
             BExpr::Not(a) => Sym::constant(1, 1).add(&self.gf2(a, under)),
-            BExpr::Xor(v) => v.iter().fold(Sym::zero(1), |acc, a| acc.add(&self.gf2(a, under))),
+            BExpr::Xor(v) | BExpr::Sum(v) => {
+                v.iter().fold(Sym::zero(1), |acc, a| acc.add(&self.gf2(a, under)))
+            }
             BExpr::And(v) => {
                 let mut acc = Sym::constant(1, 1);
                 for a in v {
@@ -253,9 +220,8 @@ impl<'a> Lower<'a> {
         }
     }
 
-    fn atom(&mut self, a: Atom) -> BExpr {
+    pub(super) fn atom(&mut self, a: Atom) -> BExpr {
         let n = self.n();
-        let full = |n: u32| if n == 64 { u64::MAX } else { 1u64 << n };
         let b = match a {
             Atom::Lt { beta } => self.fams.below(n, beta),
             Atom::LtLow { bits, gamma } => self.fams.below(bits, gamma),
@@ -267,47 +233,13 @@ impl<'a> Lower<'a> {
                 let lo = ((h + nn - c) % nn) as u64;
                 let hi = (nn - c) % nn;
                 let hi_bit =
-                    if hi == 0 { self.fams.below(n, full(n)) } else { self.fams.below(n, hi as u64) };
+                    // (x < 2^n always holds: a constant, also at n = 64.)
+                    if hi == 0 { SplitBit::lin(LinBit::constant(true)) } else { self.fams.below(n, hi as u64) };
                 let lo_bit = self.fams.below(n, lo);
                 if hi == 0 || (lo as u128) < hi { hi_bit.xor(&lo_bit) } else { hi_bit.xor(&lo_bit.not()) }
             }
         };
         self.sb(b)
-    }
-
-    fn formula(&mut self, e: &BoolExpr) -> BExpr {
-        match e {
-            BoolExpr::Const(b) => BExpr::constant(*b),
-            BoolExpr::Atom(i) => self.atom(self.spec.atoms[*i]),
-            BoolExpr::Not(a) => {
-                let a = self.formula(a);
-                BExpr::not(a)
-            }
-            BoolExpr::Xor(v) => {
-                let mut acc = BExpr::constant(false);
-                for a in v {
-                    let a = self.formula(a);
-                    acc = BExpr::xor(acc, a);
-                }
-                acc
-            }
-            BoolExpr::And(v) => {
-                let mut acc = BExpr::constant(true);
-                for a in v {
-                    let a = self.formula(a);
-                    acc = BExpr::and(acc, a);
-                }
-                acc
-            }
-            BoolExpr::Or(v) => {
-                let mut acc = BExpr::constant(false);
-                for a in v {
-                    let a = self.formula(a);
-                    acc = BExpr::or(acc, a);
-                }
-                acc
-            }
-        }
     }
 
     /// The unsigned lift `X_u = x̂ − r + 2^n·1[x̂ < r]` in `Z_{2^ℓ}`.
@@ -337,7 +269,7 @@ impl<'a> Lower<'a> {
     }
 
     /// `X` as the spec defines it (signed or unsigned lift).
-    fn lift(&mut self) -> Sym {
+    pub(super) fn lift(&mut self) -> Sym {
         let (n, l) = (self.n(), self.l());
         let x = self.lift_unsigned();
         if !self.spec.signed || l <= n {
@@ -376,7 +308,7 @@ impl<'a> Lower<'a> {
     }
 
     /// `⌊X / 2^f⌋` by the fused identity (docs/design/compiled-gates.md §4.1, docs/design/paper.md §3.6).
-    fn shr(&mut self, f: u32) -> Sym {
+    pub(super) fn shr(&mut self, f: u32) -> Sym {
         let (n, l) = (self.n(), self.l());
         let m = n - f;
         let offset = if self.spec.signed { 1u64 << (n - 1) } else { 0 };
@@ -412,11 +344,26 @@ impl<'a> Lower<'a> {
         y
     }
 
-    /// `a · b`, through a Beaver round when a lookup share is involved.
-    fn mul(&mut self, a: &Sym, b: &Sym) -> Sym {
-        if let Ok(p) = a.mul(b) {
-            return p;
+    /// `a · b`: expanded symbolically, with no interaction, when both are dealer-known (no
+    /// lookup share) and the expansion stays within [`SYMBOLIC_PRODUCT_TERMS`] terms and
+    /// [`MAX_EXPONENT`]; otherwise through a Beaver round, whose result has four terms.
+    ///
+    /// # Errors
+    /// [`SpecError::Limit`] past the budget.
+    pub(super) fn mul(&mut self, a: &Sym, b: &Sym) -> Result<Sym, SpecError> {
+        let terms = (a.len() as u64).saturating_mul(b.len() as u64);
+        if terms <= SYMBOLIC_PRODUCT_TERMS && a.max_exponent() + b.max_exponent() <= MAX_EXPONENT {
+            self.budget.charge(terms)?;
+            if let Ok(p) = a.mul(b) {
+                return Ok(p);
+            }
         }
+        self.budget.charge((a.len() + b.len()) as u64)?;
+        Ok(self.beaver(a, b))
+    }
+
+    /// `a · b` through a Beaver round: `a − U` and `b − V` are opened once both are ready.
+    fn beaver(&mut self, a: &Sym, b: &Sym) -> Sym {
         let l = self.l();
         let i = self.beavers.len() as u32;
         let (u, v) = (Sym::secret(l, SVar::Beaver(2 * i)), Sym::secret(l, SVar::Beaver(2 * i + 1)));
@@ -455,6 +402,7 @@ impl<'a> Lower<'a> {
             for k in 0..deg {
                 let vals: Vec<u64> =
                     s.pieces.iter().map(|p| word(p.polys[j].get(k).copied().unwrap_or(0), l)).collect();
+                self.charge_step()?;
                 if k == 1
                     && deg == 2
                     && let Some(t) = self.prefix_times_lift(&vals)
@@ -463,6 +411,7 @@ impl<'a> Lower<'a> {
                     continue;
                 }
                 let c = self.step_sym(&vals);
+                self.budget.charge((c.len() * xk.len() + p.len()) as u64)?;
                 p = p.add(&c.mul(&xk).expect("dealer-known"));
                 if k + 1 < deg {
                     let x = x.get_or_insert_with(|| self.lift_unsigned()).clone();
@@ -473,11 +422,19 @@ impl<'a> Lower<'a> {
         }
         for j in 0..nc {
             let vals: Vec<u64> = s.pieces.iter().map(|p| word(p.consts[j], l)).collect();
+            self.charge_step()?;
             let c = self.step_sym(&vals);
             self.consts.push(c);
         }
         self.piece_bools(true)?;
         Ok(())
+    }
+
+    /// Charge a step function of the interval: a bit per piece and value bit, twice when
+    /// the comparisons are split (the value and its jump).
+    fn charge_step(&mut self) -> Result<(), SpecError> {
+        let per = if self.fams.mode().shift().is_some() { 2 } else { 1 };
+        self.budget.charge(per * self.spec.pieces.len() as u64 * (self.l() as u64 + 1))
     }
 
     /// [`LookupBackend::IndexLut`]: the interval's class of identical rows, opened, and
@@ -488,6 +445,7 @@ impl<'a> Lower<'a> {
         if s.degree() > 0 {
             return Err(self.unsupported("needs degree-0 pieces"));
         }
+        self.budget.charge(s.pieces.len() as u64 * (np + nc + MAX_TABLE_BITS as usize) as u64)?;
         // Classes of identical rows.
         let rows: Vec<Vec<u64>> = s
             .pieces
@@ -561,6 +519,7 @@ impl<'a> Lower<'a> {
         if words == 0 {
             return Err(self.unsupported("nothing to look up"));
         }
+        self.budget.charge((1u64 << k) * words as u64)?;
         let mut table = vec![0u64; (1usize << k) * words];
         for v in 0..1u64 << k {
             let p = &s.pieces[s.piece_of(v << shift)];
@@ -636,48 +595,62 @@ impl<'a> Lower<'a> {
         }
     }
 
-    /// Per-piece formulas as `⨁_F 1[x ∈ pieces with F] ∧ F`.
+    /// Per-piece formulas: each a function of the input, lowered over the cells of what it
+    /// reads ([`Lower::by_cells`]).
     fn piece_bools(&mut self, thermometer: bool) -> Result<(), SpecError> {
         let s = self.spec;
         if !thermometer && s.bool_count() > 0 {
             return Err(self.unsupported("formulas need the comparison"));
         }
+        let orig = self.orig;
         for j in 0..s.bool_count() {
-            // Constant formulas: one step function.
-            let consts: Vec<u64> = s
-                .pieces
-                .iter()
-                .map(|p| match p.bools[j] {
-                    BoolExpr::Const(b) => b as u64,
-                    _ => 0,
-                })
-                .collect();
-            let mut out = self.step_bool(&consts);
-            let mut formulas: Vec<&BoolExpr> =
-                s.pieces.iter().map(|p| &p.bools[j]).filter(|e| !matches!(e, BoolExpr::Const(_))).collect();
-            formulas.dedup();
-            let mut seen: Vec<&BoolExpr> = vec![];
-            for f in formulas {
-                if seen.contains(&f) {
-                    continue;
-                }
-                seen.push(f);
-                let ind: Vec<u64> = s.pieces.iter().map(|p| (&p.bools[j] == f) as u64).collect();
-                let ind = self.step_bool(&ind);
-                let v = self.formula(f);
-                out = BExpr::xor(out, BExpr::and(ind, v));
-            }
-            self.bools.push(out);
+            self.budget.at(Site::Formula(j));
+            let e = self.by_cells(&Reads::formula(orig, j), &mut |x| formula_at(orig, j, x))?;
+            self.bools.push(e);
         }
+        self.budget.at(Site::Pieces);
         Ok(())
     }
 
-    fn step_bool(&mut self, vals: &[u64]) -> BExpr {
-        if vals.iter().all(|&v| v == vals[0]) {
-            return BExpr::constant(vals[0] == 1);
+    /// A Boolean function `g` of the input that reads `reads`, over its cells
+    /// ([`super::cells`]): step functions, opened in round 1, and products of two of them.
+    ///
+    /// # Errors
+    /// [`SpecError::Limit`] if its cells are past the budget.
+    pub(super) fn by_cells(
+        &mut self,
+        reads: &Reads,
+        g: &mut dyn FnMut(u64) -> bool,
+    ) -> Result<BExpr, SpecError> {
+        let cells = Cells::of(self.orig, reads, self.budget.remaining()).map_err(|c| self.budget.over(c))?;
+        self.budget.charge(cells.count().saturating_mul(reads.size.max(1)))?;
+        let cover = cells.cover(g);
+        Ok(self.cover_expr(&cover))
+    }
+
+    fn cover_expr(&mut self, c: &Cover) -> BExpr {
+        let mut terms = vec![];
+        if !(c.whole.is_constant() && c.whole.vals[0] == 0) {
+            terms.push(self.step_fn(&c.whole));
         }
-        let b = step_bits(&mut self.fams, &self.spec.boundaries, vals, 1).remove(0);
-        self.sb(b)
+        for (a, b) in &c.products {
+            let (a, b) = (self.step_fn(a), self.step_fn(b));
+            terms.push(BExpr::and(a, b));
+        }
+        BExpr::sum(terms)
+    }
+
+    /// A one-bit step function of the input or of its low bits.
+    fn step_fn(&mut self, s: &StepFn) -> BExpr {
+        if s.is_constant() {
+            return BExpr::constant(s.vals[0] == 1);
+        }
+        if s.bits == self.n() {
+            let b = step_bits(&mut self.fams, &s.starts, &s.vals, 1).remove(0);
+            self.sb(b)
+        } else {
+            BExpr::Leaf(low_step_bit(&mut self.fams, s.bits, &s.starts, &s.vals))
+        }
     }
 
     /// A step function of the interval as a ring element: a base plus opened bits.
@@ -801,76 +774,40 @@ impl<'a> Lower<'a> {
 
     pub(super) fn run(mut self) -> Result<Program, SpecError> {
         let s = self.spec;
-        let l = self.l();
         self.pieces()?;
-        #[derive(Clone)]
-        enum V {
-            A(Sym),
-            B(BExpr),
-        }
-        let mut outs: Vec<V> = vec![];
+        // Each output with the site it comes from.
+        let mut outs: Vec<(Val, Site)> = vec![];
         if let Some(phi) = &s.phi {
-            let mut vals: Vec<V> = Vec::with_capacity(phi.nodes.len());
-            let a = |vals: &[V], k: usize| match &vals[k] {
-                V::A(x) => x.clone(),
-                V::B(_) => unreachable!("validated"),
-            };
-            let b = |vals: &[V], k: usize| match &vals[k] {
-                V::B(x) => x.clone(),
-                V::A(_) => unreachable!("validated"),
-            };
-            for node in &phi.nodes {
-                let v = match *node {
-                    Node::Const { value } => V::A(Sym::constant(l, word(value, l))),
-                    Node::X => V::A(self.lift()),
-                    Node::Poly { index } => V::A(self.polys[index].clone()),
-                    Node::Aux { index } => V::A(self.consts[index].clone()),
-                    Node::Kappa { index } => V::A(Sym::secret(l, SVar::Kappa(index as u32))),
-                    Node::Add { a: p, b: q } => V::A(a(&vals, p).add(&a(&vals, q))),
-                    Node::Sub { a: p, b: q } => V::A(a(&vals, p).sub(&a(&vals, q))),
-                    Node::Scale { a: p, by } => V::A(a(&vals, p).scale(word(by, l))),
-                    Node::Mul { a: p, b: q } => V::A(self.mul(&a(&vals, p), &a(&vals, q))),
-                    Node::B2a { a: p } => V::A(self.arith(&b(&vals, p))),
-                    Node::Select { bit, a: p, b: q } => {
-                        let c = self.arith(&b(&vals, bit));
-                        let (x, y) = (a(&vals, p), a(&vals, q));
-                        let d = self.mul(&c, &x.sub(&y));
-                        V::A(y.add(&d))
-                    }
-                    Node::Shr { bits } => V::A(self.shr(bits)),
-                    Node::Bool { index } => V::B(self.bools[index].clone()),
-                    Node::Atom { index } => V::B(self.atom(s.atoms[index])),
-                    Node::Bit { value } => V::B(BExpr::constant(value)),
-                    Node::Not { a: p } => V::B(BExpr::not(b(&vals, p))),
-                    Node::Xor { a: p, b: q } => V::B(BExpr::xor(b(&vals, p), b(&vals, q))),
-                    Node::And { a: p, b: q } => V::B(BExpr::and(b(&vals, p), b(&vals, q))),
-                    Node::Or { a: p, b: q } => V::B(BExpr::or(b(&vals, p), b(&vals, q))),
-                };
-                vals.push(v);
-            }
+            let vals = self.phi(phi)?;
             for o in &phi.outputs {
                 let (Output::Arith(k) | Output::Bool(k)) = *o;
-                outs.push(vals[k].clone());
+                outs.push((vals[k].clone(), Site::Node { index: k, op: phi.nodes[k].op() }));
             }
         } else {
-            outs.extend(self.polys.iter().cloned().map(V::A));
-            outs.extend(self.consts.iter().cloned().map(V::A));
-            outs.extend(self.bools.iter().cloned().map(V::B));
+            outs.extend(self.polys.iter().cloned().map(|p| (Val::A(p), Site::Pieces)));
+            outs.extend(self.consts.iter().cloned().map(|c| (Val::A(c), Site::Pieces)));
+            outs.extend(self.bools.iter().cloned().enumerate().map(|(j, e)| (Val::B(e), Site::Formula(j))));
         }
         let mut out_syms = vec![];
         let mut kinds = vec![];
-        for v in &outs {
+        for (v, site) in outs {
+            self.budget.at(site);
             match v {
-                V::A(x) => {
-                    out_syms.push(x.clone());
+                Val::A(x) => {
+                    out_syms.push(x);
                     kinds.push(Kind::Arith);
                 }
-                V::B(e) => {
-                    out_syms.push(self.gf2(e, false));
+                Val::B(e) => {
+                    self.budget.charge(e.terms())?;
+                    out_syms.push(self.gf2(&e, false));
                     kinds.push(Kind::Bool);
                 }
             }
         }
+        self.budget.at(Site::Program);
+        let terms: usize =
+            out_syms.iter().chain(self.beavers.iter().flat_map(|(a, b, _)| [a, b])).map(Sym::len).sum();
+        self.budget.charge(terms as u64)?;
         self.assemble(out_syms, kinds)
     }
 
@@ -929,7 +866,8 @@ impl<'a> Lower<'a> {
             LookupPlan::None => {}
         }
         let _ = l;
-        Ok(Program {
+        let mut budget = self.budget;
+        let program = Program {
             spec: self.orig.clone(),
             norm: self.spec.clone(),
             cmp: self.cmp,
@@ -946,12 +884,21 @@ impl<'a> Lower<'a> {
             lookup,
             outputs: kinds,
             locals: nleaves + self.extra_locals.len() as u32,
-        })
+        };
+        budget.check_program(&program)?;
+        Ok(program)
     }
 }
 
 /// Lookup locals are numbered from here during lowering (renumbered after the leaves).
 const LOCAL_BASE: u32 = 1 << 24;
+
+/// Most terms a product of dealer-known values may expand to; a larger one takes a Beaver
+/// round (a round more, two ring elements opened, and a bounded number of words).
+pub(super) const SYMBOLIC_PRODUCT_TERMS: u64 = 1 << 10;
+
+/// Highest power of one variable a symbolic product may make (exponents are small integers).
+pub(super) const MAX_EXPONENT: u32 = 16;
 
 fn term_sym(bits: u32, p: Mono<PVar>, s: Mono<SVar>, c: u64) -> Sym {
     let mut out = Sym::constant(bits, c);

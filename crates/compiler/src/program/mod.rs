@@ -22,13 +22,17 @@
 //! [`compile`] lowers a spec under each candidate choice of backends and keeps the smallest
 //! key.
 
+mod bexpr;
+mod budget;
+mod cells;
 mod ir;
 mod lower;
+mod phi;
 mod prep;
 mod words;
 
 pub use ir::{
-    CmpBackend, CompileOptions, Cost, DcfPlan, Exchange, FTerm, Form, LookupBackend, LookupPlan,
+    CmpBackend, CompileOptions, Cost, DcfPlan, Exchange, FTerm, Form, Limits, LookupBackend, LookupPlan,
     MAX_TABLE_BITS, Program, Src, TABLE_ET_LEVELS, TablePlan, WordDef, table_params,
 };
 use lower::Lower;
@@ -73,12 +77,18 @@ pub fn compile(spec: &OperatorSpec, options: CompileOptions) -> Result<Program, 
                 (true, None) => continue,
                 (false, _) => FullWidth::Whole,
             };
-            match Lower::new(orig, &spec, options.cmp, lookup, mode).and_then(Lower::run) {
+            match Lower::new(orig, &spec, options.cmp, lookup, mode, options.limits).and_then(Lower::run) {
                 Ok(p) => {
                     let c = p.cost();
                     let score = c.key_bits;
                     if best.as_ref().is_none_or(|(_, s)| score < *s) {
                         best = Some((p, score));
+                    }
+                }
+                // A limit says more than a backend that does not apply.
+                Err(e) if matches!(e, SpecError::Limit { .. }) => {
+                    if !matches!(first_err, Some(SpecError::Limit { .. })) {
+                        first_err = Some(e);
                     }
                 }
                 Err(e) => {
@@ -87,7 +97,9 @@ pub fn compile(spec: &OperatorSpec, options: CompileOptions) -> Result<Program, 
             }
         }
     }
-    best.map(|(p, _)| p).ok_or_else(|| first_err.expect("some candidate was tried"))
+    best.map(|(p, _)| p).ok_or_else(|| {
+        first_err.unwrap_or_else(|| SpecError::Phi { node: 0, msg: "no backend applies".into() })
+    })
 }
 
 /// The lookup backends worth trying for `spec`.

@@ -128,7 +128,13 @@ pub fn all_options(spec: &OperatorSpec) -> Vec<CompileOptions> {
                 modes.push((true, Some(2)));
             }
             for (split, grouped) in modes {
-                let options = CompileOptions { cmp, lookup: Some(lookup), split: Some(split), grouped };
+                let options = CompileOptions {
+                    cmp,
+                    lookup: Some(lookup),
+                    split: Some(split),
+                    grouped,
+                    ..CompileOptions::default()
+                };
                 if compile(spec, options).is_ok() {
                     out.push(options);
                 }
