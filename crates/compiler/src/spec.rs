@@ -168,6 +168,7 @@ pub enum Node {
     /// Arithmetic constant.
     Const {
         /// The value (negative values wrap).
+        #[serde(deserialize_with = "integer")]
         value: i128,
     },
     /// The lifted input `X`.
@@ -206,6 +207,7 @@ pub enum Node {
         /// Operand.
         a: usize,
         /// Factor (negative values wrap).
+        #[serde(deserialize_with = "integer")]
         by: i128,
     },
     /// `a · b` (a Beaver multiplication unless the compiler can do it locally).
@@ -275,6 +277,25 @@ pub enum Node {
         /// Right operand.
         b: usize,
     },
+}
+
+/// An integer of `Φ`'s nodes: any JSON integer that fits `i64` or `u64` (serde buffers the
+/// fields of a tagged enum, and the buffer has no `i128`).
+fn integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i128, D::Error> {
+    struct Integer;
+    impl serde::de::Visitor<'_> for Integer {
+        type Value = i128;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an integer in -2^63..2^64")
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<i128, E> {
+            Ok(v as i128)
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<i128, E> {
+            Ok(v as i128)
+        }
+    }
+    d.deserialize_any(Integer)
 }
 
 /// Whether a value is a ring element or a bit.
@@ -889,6 +910,22 @@ mod tests {
         let s = relu();
         let back = OperatorSpec::from_json(&s.to_json()).unwrap();
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn phi_constants_round_trip_across_their_range() {
+        let mut s = relu();
+        s.out_bits = 64;
+        for v in [0i128, 3, -1, i64::MIN as i128, u64::MAX as i128] {
+            s.phi = Some(Phi {
+                nodes: vec![Node::Const { value: v }, Node::Scale { a: 0, by: v }],
+                outputs: vec![Output::Arith(1)],
+            });
+            assert_eq!(OperatorSpec::from_json(&s.to_json()).unwrap(), s, "{v}");
+        }
+        let big = r#"{"name":"c","in_bits":4,"out_bits":8,"boundaries":[0],"pieces":[{}],
+            "phi":{"nodes":[{"op":"const","value":18446744073709551616}],"outputs":[{"arith":0}]}}"#;
+        assert!(matches!(OperatorSpec::from_json(big), Err(SpecError::Json(_))));
     }
 
     #[test]
