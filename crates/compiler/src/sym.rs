@@ -14,6 +14,7 @@
 //! `+` is `⊕` and additive shares are XOR shares.
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 
 use fss::ring::mask;
 
@@ -148,14 +149,53 @@ impl Sym {
 
     /// `self + o`.
     pub fn add(&self, o: &Sym) -> Sym {
-        debug_assert_eq!(self.bits, o.bits);
         let mut out = self.clone();
-        for ((p, s), &c) in &o.terms {
-            let e = out.terms.entry((p.clone(), s.clone())).or_insert(0);
-            *e = e.wrapping_add(c) & mask(self.bits);
-        }
-        out.terms.retain(|_, c| *c != 0);
+        out.add_assign(o);
         out
+    }
+
+    /// `self += o`, in time linear in `o`'s terms (an accumulator need not be copied).
+    pub fn add_assign(&mut self, o: &Sym) {
+        debug_assert_eq!(self.bits, o.bits);
+        let m = mask(self.bits);
+        for ((p, s), &c) in &o.terms {
+            match self.terms.entry((p.clone(), s.clone())) {
+                Entry::Vacant(e) => {
+                    if c & m != 0 {
+                        e.insert(c & m);
+                    }
+                }
+                Entry::Occupied(mut e) => {
+                    let v = e.get().wrapping_add(c) & m;
+                    if v == 0 {
+                        e.remove();
+                    } else {
+                        *e.get_mut() = v;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The same polynomial with every local share `Local(j)` renamed `Local(f(j))` (`f`
+    /// one-to-one).
+    pub fn map_locals(&self, f: impl Fn(u32) -> u32) -> Sym {
+        let terms = self
+            .terms
+            .iter()
+            .map(|((p, s), &c)| {
+                let mut s: Mono<SVar> = s
+                    .iter()
+                    .map(|&(v, e)| match v {
+                        SVar::Local(j) => (SVar::Local(f(j)), e),
+                        other => (other, e),
+                    })
+                    .collect();
+                s.sort_by_key(|&(v, _)| v);
+                ((p.clone(), s), c)
+            })
+            .collect();
+        Sym { bits: self.bits, terms }
     }
 
     /// `self − o`.
@@ -199,11 +239,12 @@ impl Sym {
 
     /// The same polynomial in `Z_{2^bits}` for a smaller `bits` (coefficients reduced).
     pub fn reduce(&self, bits: u32) -> Sym {
-        let mut out = Sym::zero(bits);
-        for ((p, s), &c) in &self.terms {
-            out = out.plus_term(p.clone(), s.clone(), c);
+        let mut terms = self.terms.clone();
+        for c in terms.values_mut() {
+            *c &= mask(bits);
         }
-        out
+        terms.retain(|_, c| *c != 0);
+        Sym { bits, terms }
     }
 
     /// Number of terms.

@@ -156,7 +156,16 @@ impl StepFn {
 
     /// The indicator of cell `t`.
     fn cell(bits: u32, starts: &[u64], t: usize) -> StepFn {
-        StepFn::of(bits, starts, (0..starts.len()).map(|k| k == t))
+        let mut s = if t == 0 {
+            StepFn { bits, starts: vec![0], vals: vec![1] }
+        } else {
+            StepFn { bits, starts: vec![0, starts[t]], vals: vec![0, 1] }
+        };
+        if let Some(&end) = starts.get(t + 1) {
+            s.starts.push(end);
+            s.vals.push(0);
+        }
+        s
     }
 
     /// Whether it is the constant `v`.

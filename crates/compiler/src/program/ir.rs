@@ -78,7 +78,7 @@ impl Default for Limits {
 }
 
 /// The default of [`Limits::terms`].
-const DEFAULT_TERMS: u64 = 1 << 24;
+const DEFAULT_TERMS: u64 = 1 << 20;
 
 /// What a party sums into a linear form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

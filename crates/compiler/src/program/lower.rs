@@ -2,12 +2,13 @@
 //! packed comparison, its pieces through the chosen lookup, `Φ` as symbolic polynomials,
 //! and the exchanges they need, assembled into a [`Program`].
 
+use std::cell::Cell;
 use std::collections::HashMap;
 
 use fss::ring::mask;
 
 use super::bexpr::BExpr;
-use super::budget::Budget;
+use super::budget::{Budget, Work};
 use super::cells::{Cells, Cover, Reads, StepFn, formula_at};
 use super::ir::{
     CmpBackend, DcfPlan, Exchange, Limits, LookupBackend, LookupPlan, MAX_TABLE_BITS, Program, TablePlan,
@@ -19,7 +20,7 @@ use crate::predicate::{
     Families, FullWidth, LinBit, SplitBit, low_step_bit, renumber, step_bits, step_bits_high,
 };
 use crate::spec::{Atom, BoolExpr, Kind, OperatorSpec, Output, Site, SpecError, word};
-use crate::sym::{Mono, PVar, SVar, Sym};
+use crate::sym::{PVar, SVar, Sym};
 
 /// The lowering of one spec with fixed backend choices.
 pub(super) struct Lower<'a> {
@@ -44,7 +45,7 @@ pub(super) struct Lower<'a> {
     pub(super) consts: Vec<Sym>,
     pub(super) bools: Vec<BExpr>,
     /// Work done so far against the limits.
-    pub(super) budget: Budget,
+    pub(super) budget: Budget<'a>,
 }
 
 impl<'a> Lower<'a> {
@@ -55,6 +56,7 @@ impl<'a> Lower<'a> {
         backend: LookupBackend,
         mode: FullWidth,
         limits: Limits,
+        spent: &'a Cell<u64>,
     ) -> Result<Lower<'a>, SpecError> {
         Ok(Lower {
             orig,
@@ -72,7 +74,7 @@ impl<'a> Lower<'a> {
             polys: vec![],
             consts: vec![],
             bools: vec![],
-            budget: Budget::new(limits),
+            budget: Budget::new(limits, spent),
         })
     }
 
@@ -185,7 +187,13 @@ impl<'a> Lower<'a> {
                 }
                 acc
             }
-            BExpr::Sum(v) => v.iter().fold(Sym::zero(l), |acc, a| acc.add(&self.arith(a))),
+            BExpr::Sum(v) => {
+                let mut acc = Sym::zero(l);
+                for a in v {
+                    acc.add_assign(&self.arith(a));
+                }
+                acc
+            }
         }
     }
 
@@ -208,7 +216,11 @@ impl<'a> Lower<'a> {
             BExpr::Loc(id) => Sym::secret(1, SVar::Local(*id)),
             BExpr::Not(a) => Sym::constant(1, 1).add(&self.gf2(a, under)),
             BExpr::Xor(v) | BExpr::Sum(v) => {
-                v.iter().fold(Sym::zero(1), |acc, a| acc.add(&self.gf2(a, under)))
+                let mut acc = Sym::zero(1);
+                for a in v {
+                    acc.add_assign(&self.gf2(a, under));
+                }
+                acc
             }
             BExpr::And(v) => {
                 let mut acc = Sym::constant(1, 1);
@@ -272,6 +284,10 @@ impl<'a> Lower<'a> {
     pub(super) fn lift(&mut self) -> Sym {
         let (n, l) = (self.n(), self.l());
         let x = self.lift_unsigned();
+        if self.spec.slack {
+            // The gate reads u = x + 2^{n−2} < 2^{n−1}: X = u − 2^{n−2}, signed.
+            return x.sub(&Sym::constant(l, (1u64 << (n - 2)) & mask(l)));
+        }
         if !self.spec.signed || l <= n {
             return x;
         }
@@ -286,25 +302,25 @@ impl<'a> Lower<'a> {
     /// `g ∧ w = 1[x̂ < B]·1[(x̂ − B) mod 2^n < r]` (`X_u = x̂ − r + 2^n < B` iff
     /// `x̂ + 2^n − B < r`): one split comparison times a public bit, where `g·X_u` would
     /// multiply two split bits (products of up to five mask bits).
-    fn prefix_times_lift(&mut self, vals: &[u64]) -> Option<Sym> {
+    fn prefix_times_lift(&mut self, vals: &[u64]) -> Result<Option<Sym>, SpecError> {
         let (n, l) = (self.n(), self.l());
         // (A slack spec's lift has no comparison in it.)
         if l <= n || self.fams.mode().shift().is_none() || self.spec.slack {
-            return None;
+            return Ok(None);
         }
         let k = vals[0];
-        let i = vals.iter().position(|&v| v != k)?;
+        let Some(i) = vals.iter().position(|&v| v != k) else { return Ok(None) };
         if k == 0 || vals[i..].iter().any(|&v| v != 0) {
-            return None;
+            return Ok(None);
         }
         let b = self.spec.boundaries[i];
         let g: Vec<u64> = vals.iter().map(|&v| (v != 0) as u64).collect();
-        let g = self.step_sym(&g);
+        let g = self.step_sym(&g)?;
         let xr = Sym::public(l, PVar::XHat).sub(&Sym::secret(l, SVar::R));
         let gw = self.fams.wrap(b);
         let gw = self.sb(gw);
         let gw = Sym::public(l, PVar::XHatBelow(b)).mul(&self.arith(&gw)).expect("public");
-        Some(g.mul(&xr).expect("dealer-known").scale(k).add(&gw.scale(k.wrapping_mul(1u64 << n))))
+        Ok(Some(g.mul(&xr).expect("dealer-known").scale(k).add(&gw.scale(k.wrapping_mul(1u64 << n)))))
     }
 
     /// `⌊X / 2^f⌋` by the fused identity (docs/design/compiled-gates.md §4.1, docs/design/paper.md §3.6).
@@ -353,12 +369,12 @@ impl<'a> Lower<'a> {
     pub(super) fn mul(&mut self, a: &Sym, b: &Sym) -> Result<Sym, SpecError> {
         let terms = (a.len() as u64).saturating_mul(b.len() as u64);
         if terms <= SYMBOLIC_PRODUCT_TERMS && a.max_exponent() + b.max_exponent() <= MAX_EXPONENT {
-            self.budget.charge(terms)?;
+            self.budget.charge(Work::Products(terms))?;
             if let Ok(p) = a.mul(b) {
                 return Ok(p);
             }
         }
-        self.budget.charge((a.len() + b.len()) as u64)?;
+        self.budget.charge(Work::Terms((a.len() + b.len()) as u64))?;
         Ok(self.beaver(a, b))
     }
 
@@ -402,16 +418,15 @@ impl<'a> Lower<'a> {
             for k in 0..deg {
                 let vals: Vec<u64> =
                     s.pieces.iter().map(|p| word(p.polys[j].get(k).copied().unwrap_or(0), l)).collect();
-                self.charge_step()?;
                 if k == 1
                     && deg == 2
-                    && let Some(t) = self.prefix_times_lift(&vals)
+                    && let Some(t) = self.prefix_times_lift(&vals)?
                 {
                     p = p.add(&t);
                     continue;
                 }
-                let c = self.step_sym(&vals);
-                self.budget.charge((c.len() * xk.len() + p.len()) as u64)?;
+                let c = self.step_sym(&vals)?;
+                self.budget.charge(Work::Products((c.len() * xk.len()) as u64))?;
                 p = p.add(&c.mul(&xk).expect("dealer-known"));
                 if k + 1 < deg {
                     let x = x.get_or_insert_with(|| self.lift_unsigned()).clone();
@@ -422,19 +437,11 @@ impl<'a> Lower<'a> {
         }
         for j in 0..nc {
             let vals: Vec<u64> = s.pieces.iter().map(|p| word(p.consts[j], l)).collect();
-            self.charge_step()?;
-            let c = self.step_sym(&vals);
+            let c = self.step_sym(&vals)?;
             self.consts.push(c);
         }
         self.piece_bools(true)?;
         Ok(())
-    }
-
-    /// Charge a step function of the interval: a bit per piece and value bit, twice when
-    /// the comparisons are split (the value and its jump).
-    fn charge_step(&mut self) -> Result<(), SpecError> {
-        let per = if self.fams.mode().shift().is_some() { 2 } else { 1 };
-        self.budget.charge(per * self.spec.pieces.len() as u64 * (self.l() as u64 + 1))
     }
 
     /// [`LookupBackend::IndexLut`]: the interval's class of identical rows, opened, and
@@ -445,7 +452,7 @@ impl<'a> Lower<'a> {
         if s.degree() > 0 {
             return Err(self.unsupported("needs degree-0 pieces"));
         }
-        self.budget.charge(s.pieces.len() as u64 * (np + nc + MAX_TABLE_BITS as usize) as u64)?;
+        self.budget.charge(Work::Words(s.pieces.len() as u64 * (np + nc) as u64))?;
         // Classes of identical rows.
         let rows: Vec<Vec<u64>> = s
             .pieces
@@ -519,7 +526,7 @@ impl<'a> Lower<'a> {
         if words == 0 {
             return Err(self.unsupported("nothing to look up"));
         }
-        self.budget.charge((1u64 << k) * words as u64)?;
+        self.budget.charge(Work::Words((1u64 << k) * words as u64))?;
         let mut table = vec![0u64; (1usize << k) * words];
         for v in 0..1u64 << k {
             let p = &s.pieces[s.piece_of(v << shift)];
@@ -623,8 +630,11 @@ impl<'a> Lower<'a> {
         g: &mut dyn FnMut(u64) -> bool,
     ) -> Result<BExpr, SpecError> {
         let cells = Cells::of(self.orig, reads, self.budget.remaining()).map_err(|c| self.budget.over(c))?;
-        self.budget.charge(cells.count().saturating_mul(reads.size.max(1)))?;
+        self.budget.charge(Work::Evals(cells.count().saturating_mul(reads.size.max(1))))?;
         let cover = cells.cover(g);
+        let flips =
+            cover.products.iter().flat_map(|(a, b)| [a, b]).chain([&cover.whole]).map(|f| f.starts.len());
+        self.budget.charge(Work::Flips(flips.sum::<usize>() as u64))?;
         Ok(self.cover_expr(&cover))
     }
 
@@ -654,10 +664,10 @@ impl<'a> Lower<'a> {
     }
 
     /// A step function of the interval as a ring element: a base plus opened bits.
-    fn step_sym(&mut self, vals: &[u64]) -> Sym {
+    fn step_sym(&mut self, vals: &[u64]) -> Result<Sym, SpecError> {
         let l = self.l();
         if vals.iter().all(|&v| v == vals[0]) {
-            return Sym::constant(l, vals[0]);
+            return Ok(Sym::constant(l, vals[0]));
         }
         let aligned = |f: u32| self.spec.boundaries.iter().all(|&b| b & mask(f) == 0);
         match self.fams.mode() {
@@ -677,7 +687,7 @@ impl<'a> Lower<'a> {
     /// 0 (run 0 with `v_0`) and steps to `v_k − v_{first−1}` at each of its boundaries, so
     /// the sum telescopes to `v_k` on interval `k`. Each run pays its own `(n − g)`-bit high
     /// key and `g`-bit carry, and reads its boundaries as one window of high positions.
-    fn step_sym_grouped(&mut self, window_bits: u32, vals: &[u64]) -> Sym {
+    fn step_sym_grouped(&mut self, window_bits: u32, vals: &[u64]) -> Result<Sym, SpecError> {
         let m = mask(self.l());
         let starts = self.spec.boundaries.clone();
         let mut out = Sym::zero(self.l());
@@ -688,9 +698,9 @@ impl<'a> Lower<'a> {
                 s.push(starts[k]);
                 v.push(vals[k].wrapping_sub(before) & m);
             }
-            out = out.add(&self.step_sym_split(g, &s, &v));
+            out = out.add(&self.step_sym_split(g, &s, &v)?);
         }
-        out
+        Ok(out)
     }
 
     /// A step function whose starts are all multiples of `2^f`, with the comparisons split
@@ -699,7 +709,7 @@ impl<'a> Lower<'a> {
     /// shares) and one product of opened bits. Per value bit this opens one bit and costs
     /// one or two words, where splitting each bit as `a ⊕ q∧c` costs two bits and seven
     /// words.
-    fn step_sym_split(&mut self, f: u32, starts: &[u64], vals: &[u64]) -> Sym {
+    fn step_sym_split(&mut self, f: u32, starts: &[u64], vals: &[u64]) -> Result<Sym, SpecError> {
         let (l, n) = (self.l(), self.n());
         let m = mask(l);
         let t = starts.len();
@@ -718,19 +728,19 @@ impl<'a> Lower<'a> {
                 dv.push(0);
             }
         }
-        let v0 = self.step_value(starts, vals, Some(f));
-        let jump = self.step_value(&ds, &dv, Some(f));
+        let v0 = self.step_value(starts, vals, Some(f))?;
+        let jump = self.step_value(&ds, &dv, Some(f))?;
         let c = self.fams.carry(f);
         let c = self.arith(&BExpr::Leaf(c));
-        v0.sub(&c.mul(&jump).expect("opened bits"))
+        Ok(v0.sub(&c.mul(&jump).expect("opened bits")))
     }
 
     /// A step function with `vals` on the intervals from `starts`: over the whole input, or
     /// (`high = Some(f)`) over the high part `h₀` of a split at `f`.
-    fn step_value(&mut self, starts: &[u64], vals: &[u64], high: Option<u32>) -> Sym {
+    fn step_value(&mut self, starts: &[u64], vals: &[u64], high: Option<u32>) -> Result<Sym, SpecError> {
         let l = self.l();
         if vals.iter().all(|&v| v == vals[0]) {
-            return Sym::constant(l, vals[0]);
+            return Ok(Sym::constant(l, vals[0]));
         }
         // Base: the value just after the largest cyclic gap, so the offsets are small.
         let mut sorted: Vec<u64> = vals.to_vec();
@@ -748,6 +758,8 @@ impl<'a> Lower<'a> {
         let offs: Vec<u64> = vals.iter().map(|&v| v.wrapping_sub(base) & m).collect();
         let top = offs.iter().copied().max().unwrap_or(0);
         let width = 64 - top.leading_zeros();
+        let flips: u64 = offs.windows(2).map(|w| (w[0] ^ w[1]).count_ones() as u64).sum();
+        self.budget.charge(Work::Flips(flips + width as u64))?;
         let bits: Vec<(BExpr, bool)> = match high {
             Some(f) => step_bits_high(&mut self.fams, f, starts, &offs, width, self.spec.slack)
                 .into_iter()
@@ -769,7 +781,7 @@ impl<'a> Lower<'a> {
             }
             out = out.add(&a.scale(1u64 << t));
         }
-        out
+        Ok(out)
     }
 
     pub(super) fn run(mut self) -> Result<Program, SpecError> {
@@ -798,7 +810,7 @@ impl<'a> Lower<'a> {
                     kinds.push(Kind::Arith);
                 }
                 Val::B(e) => {
-                    self.budget.charge(e.terms())?;
+                    self.budget.charge(Work::Products(e.terms()))?;
                     out_syms.push(self.gf2(&e, false));
                     kinds.push(Kind::Bool);
                 }
@@ -807,7 +819,7 @@ impl<'a> Lower<'a> {
         self.budget.at(Site::Program);
         let terms: usize =
             out_syms.iter().chain(self.beavers.iter().flat_map(|(a, b, _)| [a, b])).map(Sym::len).sum();
-        self.budget.charge(terms as u64)?;
+        self.budget.charge(Work::Terms(terms as u64))?;
         self.assemble(out_syms, kinds)
     }
 
@@ -816,20 +828,7 @@ impl<'a> Lower<'a> {
         let nleaves = self.leaves.len() as u32;
         // Lookup locals come after the leaves.
         let local = move |j: u32| if j >= LOCAL_BASE { nleaves + (j - LOCAL_BASE) } else { j };
-        let fix = |s: &Sym| -> Sym {
-            let mut out = Sym::zero(s.bits());
-            for (p, m, c) in s.terms() {
-                let m: Mono<SVar> = m
-                    .iter()
-                    .map(|&(v, e)| match v {
-                        SVar::Local(j) => (SVar::Local(local(j)), e),
-                        other => (other, e),
-                    })
-                    .collect();
-                out = out.add(&term_sym(s.bits(), p.clone(), m, c));
-            }
-            out
-        };
+        let fix = |s: &Sym| s.map_locals(local);
         let mut last = out_syms.iter().map(|s| self.ready(s)).max().unwrap_or(0);
         if !self.opened.is_empty() {
             last = last.max(1);
@@ -899,18 +898,3 @@ pub(super) const SYMBOLIC_PRODUCT_TERMS: u64 = 1 << 10;
 
 /// Highest power of one variable a symbolic product may make (exponents are small integers).
 pub(super) const MAX_EXPONENT: u32 = 16;
-
-fn term_sym(bits: u32, p: Mono<PVar>, s: Mono<SVar>, c: u64) -> Sym {
-    let mut out = Sym::constant(bits, c);
-    for (v, e) in p {
-        for _ in 0..e {
-            out = out.mul(&Sym::public(bits, v)).expect("public");
-        }
-    }
-    for (v, e) in s {
-        for _ in 0..e {
-            out = out.mul(&Sym::secret(bits, v)).expect("single local");
-        }
-    }
-    out
-}

@@ -40,7 +40,9 @@ use prep::{aligned_shift, normalise, shift_amount};
 pub use prep::{alignment_runs, reduced_view_shift, shift_poly};
 
 use crate::predicate::FullWidth;
-use crate::spec::{OperatorSpec, SpecError};
+use std::cell::Cell;
+
+use crate::spec::{Measure, OperatorSpec, SpecError};
 
 /// Compile `spec` with `options`.
 ///
@@ -66,7 +68,9 @@ pub fn compile(spec: &OperatorSpec, options: CompileOptions) -> Result<Program, 
     };
     let mut best: Option<(Program, u64)> = None;
     let mut first_err = None;
-    for &split in &splits {
+    // One budget for every choice: once it is spent, the best program so far is the result.
+    let spent = Cell::new(0u64);
+    'choices: for &split in &splits {
         for &lookup in &lookups {
             let mode = match (split, shift_amount(&spec).or_else(|| aligned_shift(&spec))) {
                 (true, Some(f)) if let Some(w) = options.grouped => FullWidth::Grouped(f, w),
@@ -77,29 +81,32 @@ pub fn compile(spec: &OperatorSpec, options: CompileOptions) -> Result<Program, 
                 (true, None) => continue,
                 (false, _) => FullWidth::Whole,
             };
-            match Lower::new(orig, &spec, options.cmp, lookup, mode, options.limits).and_then(Lower::run) {
+            match Lower::new(orig, &spec, options.cmp, lookup, mode, options.limits, &spent)
+                .and_then(Lower::run)
+            {
                 Ok(p) => {
-                    let c = p.cost();
-                    let score = c.key_bits;
+                    let score = p.cost().key_bits;
                     if best.as_ref().is_none_or(|(_, s)| score < *s) {
                         best = Some((p, score));
                     }
                 }
-                // A limit says more than a backend that does not apply.
-                Err(e) if matches!(e, SpecError::Limit { .. }) => {
-                    if !matches!(first_err, Some(SpecError::Limit { .. })) {
-                        first_err = Some(e);
-                    }
-                }
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
+                Err(SpecError::Limit { measure: Measure::Terms, .. }) if best.is_some() => break 'choices,
+                Err(e) => keep_first(&mut first_err, e),
             }
         }
     }
     best.map(|(p, _)| p).ok_or_else(|| {
         first_err.unwrap_or_else(|| SpecError::Phi { node: 0, msg: "no backend applies".into() })
     })
+}
+
+/// Keep the first error, or the first limit error: a limit says more than a backend that
+/// does not apply.
+fn keep_first(first: &mut Option<SpecError>, e: SpecError) {
+    let limit = |e: &SpecError| matches!(e, SpecError::Limit { .. });
+    if first.as_ref().is_none_or(|f| limit(&e) && !limit(f)) {
+        *first = Some(e);
+    }
 }
 
 /// The lookup backends worth trying for `spec`.

@@ -6,6 +6,7 @@
 //! its formula nests. Every node is charged to the budget before it is built.
 
 use super::bexpr::BExpr;
+use super::budget::Work;
 use super::cells::{Reads, node_at, node_cone};
 use super::lower::Lower;
 use crate::spec::{Node, Phi, Site, SpecError, word};
@@ -66,7 +67,7 @@ impl Lower<'_> {
             Node::Add { a: p, b: q } => Val::A(self.add(a(p), a(q), false)?),
             Node::Sub { a: p, b: q } => Val::A(self.add(a(p), a(q), true)?),
             Node::Scale { a: p, by } => {
-                self.budget.charge(a(p).len() as u64)?;
+                self.budget.charge(Work::Terms(a(p).len() as u64))?;
                 Val::A(a(p).scale(word(by, l)))
             }
             Node::Mul { a: p, b: q } => Val::A(self.mul(a(p), a(q))?),
@@ -94,13 +95,13 @@ impl Lower<'_> {
 
     /// `x + y`, or `x − y`.
     fn add(&mut self, x: &Sym, y: &Sym, minus: bool) -> Result<Sym, SpecError> {
-        self.budget.charge((x.len() + y.len()) as u64)?;
+        self.budget.charge(Work::Terms((x.len() + y.len()) as u64))?;
         Ok(if minus { x.sub(y) } else { x.add(y) })
     }
 
     /// The bit `e` as a ring element.
     fn ring(&mut self, e: &BExpr) -> Result<Sym, SpecError> {
-        self.budget.charge(e.terms())?;
+        self.budget.charge(Work::Products(e.terms()))?;
         Ok(self.arith(e))
     }
 

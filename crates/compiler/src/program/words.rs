@@ -66,32 +66,40 @@ impl Builder {
                 continue;
             }
             let bits = f.bits;
+            // Groups in order of their first term.
             let mut groups: Vec<(u32, Vec<usize>)> = vec![];
+            let mut group_of: HashMap<u32, usize> = HashMap::new();
             for (ti, t) in f.terms.iter().enumerate() {
                 let (Some(pm), Src::Word(id)) = (t.pmono, t.src) else { continue };
                 if self.words[id as usize].out_mask.is_some() {
                     continue;
                 }
-                match groups.iter_mut().find(|(p, _)| *p == pm) {
-                    Some((_, g)) => g.push(ti),
-                    None => groups.push((pm, vec![ti])),
-                }
+                let g = *group_of.entry(pm).or_insert_with(|| {
+                    groups.push((pm, vec![]));
+                    groups.len() - 1
+                });
+                groups[g].1.push(ti);
             }
             let mut drop = vec![false; f.terms.len()];
             let mut added = vec![];
             for (pm, g) in groups.into_iter().filter(|(_, g)| g.len() > 1) {
                 let v = g.iter().map(|&ti| valuation(f.terms[ti].coef, bits)).min().unwrap_or(bits);
                 let wm = mask(bits - v);
+                // Monomials in order of their first appearance.
                 let mut value: Vec<(u64, Mono<SVar>)> = vec![];
+                let mut at: HashMap<&Mono<SVar>, usize> = HashMap::new();
                 for &ti in &g {
                     drop[ti] = true;
                     let Src::Word(id) = f.terms[ti].src else { unreachable!("grouped word terms") };
                     let c = (f.terms[ti].coef & mask(bits)) >> v;
                     for (wc, mono) in &self.words[id as usize].value {
                         let add = c.wrapping_mul(*wc);
-                        match value.iter_mut().find(|(_, m)| m == mono) {
-                            Some((x, _)) => *x = x.wrapping_add(add) & wm,
-                            None => value.push((add & wm, mono.clone())),
+                        match at.get(mono) {
+                            Some(&k) => value[k].0 = value[k].0.wrapping_add(add) & wm,
+                            None => {
+                                at.insert(mono, value.len());
+                                value.push((add & wm, mono.clone()));
+                            }
                         }
                     }
                 }
@@ -169,6 +177,15 @@ impl Builder {
                 }
             }
         }
+        // The first ring word holding each lone monomial once.
+        let mut ring: HashMap<&Mono<SVar>, usize> = HashMap::new();
+        for (i, v) in self.words.iter().enumerate() {
+            if let (true, [(1, vm)]) =
+                (v.bits > 1 && v.width >= 1 && v.out_mask.is_none(), v.value.as_slice())
+            {
+                ring.entry(vm).or_insert(i);
+            }
+        }
         let mut drop = vec![false; self.words.len()];
         for f in exchanges.iter_mut().flat_map(|e| e.bits.iter_mut()) {
             for t in f.terms.iter_mut() {
@@ -178,13 +195,7 @@ impl Builder {
                     continue;
                 }
                 let [(1, m)] = w.value.as_slice() else { continue };
-                let ring = self.words.iter().position(|v| {
-                    v.bits > 1
-                        && v.width >= 1
-                        && v.out_mask.is_none()
-                        && matches!(v.value.as_slice(), [(1, vm)] if vm == m)
-                });
-                if let Some(r) = ring {
+                if let Some(&r) = ring.get(m) {
                     drop[id as usize] = true;
                     t.src = Src::Word(r as u32);
                 }
