@@ -1,6 +1,8 @@
 //! Shared test helpers: edge masks, exhaustive runs, random full-width runs.
 #![allow(dead_code)]
 
+pub mod random;
+
 use std::sync::Arc;
 
 use compiler::program::{CmpBackend, CompileOptions, LookupBackend};
