@@ -9,6 +9,8 @@ pub mod api;
 #[doc(hidden)]
 pub mod bench;
 #[doc(hidden)]
+pub mod compile;
+#[doc(hidden)]
 pub mod demo;
 #[doc(hidden)]
 pub mod deploy;

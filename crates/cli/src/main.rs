@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use fusefss::{bench, demo, deploy, fit, generate};
+use fusefss::{bench, compile, demo, deploy, fit, generate};
 
 /// fusefss — private transformer inference with function secret sharing (FuseFSS).
 ///
@@ -37,6 +37,12 @@ enum Command {
     /// reconstructs the output. Prints the secure and plaintext outputs, whether they agree,
     /// the time, communication, rounds and key size. No download for the default model.
     Demo(demo::DemoArgs),
+    /// Validate and compile a spec file and print its costs per element.
+    ///
+    /// Key bytes, communication and rounds per element, the compile time and the backends
+    /// chosen; a spec that is invalid or past the compiler's limits is refused with the
+    /// reason and a non-zero exit code. `--json` prints one object either way.
+    Compile(compile::CompileArgs),
     /// Fit a spec to a function: `K` uniform intervals of degree `d` over its clamped range.
     ///
     /// Writes the spec as JSON (to `--out` or standard output) and prints its max absolute
@@ -86,6 +92,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Bench(args) => bench::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Compile(args) => compile::run(args),
         Command::Fit(args) => fit::run(args),
         Command::Dealer(args) => deploy::dealer::run(args),
         Command::Serve(args) => deploy::server::run(args),

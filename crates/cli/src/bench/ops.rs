@@ -276,8 +276,11 @@ pub fn rows(
         }
     }
     if let Some(spec) = user_spec {
-        let row =
-            pool.install(|| user_op(spec, args, &mut rng)).with_context(|| format!("spec {}", spec.name))?;
+        let row = pool.install(|| user_op(spec, args, &mut rng)).map_err(|e| {
+            let refused = matches!(e.downcast_ref::<SpecError>(), Some(SpecError::Limit { .. }));
+            let what = if refused { " is too large to compile (`fusefss compile` shows why)" } else { "" };
+            e.context(format!("spec {}{what}", spec.name))
+        })?;
         each(&row)?;
     }
     Ok(())
