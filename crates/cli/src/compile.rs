@@ -7,7 +7,9 @@ use std::time::Instant;
 use anyhow::{Context, anyhow};
 use clap::Args;
 use compiler::predicate::FullWidth;
-use compiler::{CmpBackend, CompileOptions, Limits, LookupBackend, OperatorSpec, Program, SpecError, compile};
+use compiler::{
+    CmpBackend, CompileOptions, Limits, LookupBackend, OperatorSpec, Program, SpecError, compile,
+};
 use serde::Serialize;
 
 /// Arguments of `fusefss compile`.

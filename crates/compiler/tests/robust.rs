@@ -368,8 +368,8 @@ fn json_value() -> impl Strategy<Value = serde_json::Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(|v| Value::from(v)),
-        any::<u64>().prop_map(|v| Value::from(v)),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
         "[a-z_]{0,8}".prop_map(Value::String),
     ];
     leaf.prop_recursive(4, 64, 6, |inner| {

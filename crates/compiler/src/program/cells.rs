@@ -213,7 +213,7 @@ impl Cells {
         let mut table = vec![vec![None; low.len()]; self.full.len()];
         for (i, row) in table.iter_mut().enumerate() {
             for (t, v) in row.iter_mut().enumerate() {
-                *v = self.meet(i, *f, low, t).map(|x| g(x));
+                *v = self.meet(i, *f, low, t).map(&mut *g);
             }
         }
         let by_low = outer((self.n, &self.full), (*f, low), |i, t| table[i][t]);
