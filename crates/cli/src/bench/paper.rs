@@ -24,8 +24,8 @@ pub struct PaperBenchArgs {
     #[arg(long, default_value_t = 128)]
     seq: usize,
     /// BERT-base's sequence lengths for the sweep (comma-separated; `--sweep ''` for none).
-    #[arg(long, value_delimiter = ',', default_value = "32,64,128,256,512")]
-    sweep: Vec<usize>,
+    #[arg(long, value_parser = sequence_lengths, default_value = "32,64,128,256,512")]
+    sweep: SeqList,
     /// The sweep's network.
     #[arg(long, value_enum, default_value = "lan")]
     sweep_net: NetChoice,
@@ -38,6 +38,23 @@ pub struct PaperBenchArgs {
     /// One JSON object per run.
     #[arg(long)]
     json: bool,
+}
+
+/// Sequence lengths read from a comma-separated list (empty for none).
+#[derive(Clone, Debug)]
+struct SeqList(Vec<usize>);
+
+fn sequence_lengths(s: &str) -> Result<SeqList, String> {
+    let lens = s
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| match t.parse::<usize>() {
+            Ok(0) | Err(_) => Err(format!("`{t}` is not a sequence length (a positive integer)")),
+            Ok(n) => Ok(n),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(SeqList(lens))
 }
 
 /// The paper's figures for one model at seq 128 (Table 1 and §5.2): online ms and
@@ -104,7 +121,7 @@ struct PaperRow<'a> {
 const GIB: f64 = (1u64 << 30) as f64;
 
 pub fn run(a: PaperBenchArgs) -> anyhow::Result<()> {
-    let runs = 2 * (a.models.len() * a.net.len() + a.sweep.len());
+    let runs = 2 * (a.models.len() * a.net.len() + a.sweep.0.len());
     let bar = ProgressBar::new(runs as u64);
     bar.set_style(
         ProgressStyle::with_template("bench paper [{bar:30}] {pos}/{len} runs, {elapsed} (eta {eta}) {msg}")
@@ -207,7 +224,7 @@ fn run_all(a: &PaperBenchArgs, disk: &KeysAt, bar: &ProgressBar) -> anyhow::Resu
             bar.suspend(|| println!("{}", lines.last().map_or("", String::as_str)));
         }
     }
-    if !a.sweep.is_empty() {
+    if !a.sweep.0.is_empty() {
         let loaded = load(ModelName::BertBase, None)?;
         if !a.json {
             bar.suspend(|| {
@@ -217,7 +234,7 @@ fn run_all(a: &PaperBenchArgs, disk: &KeysAt, bar: &ProgressBar) -> anyhow::Resu
                 )
             });
         }
-        for &seq in &a.sweep {
+        for &seq in &a.sweep.0 {
             let keys = keys_for(seq);
             let [s, f] = pair(ModelName::BertBase, &loaded, seq, a.sweep_net, &keys, bar)?;
             let paper = PAPER_SWEEP.iter().find(|p| p.0 == seq);
