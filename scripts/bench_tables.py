@@ -11,7 +11,7 @@ JSON object per line (results/README.md). In the document, a generated table sit
 
 and is rewritten from the newest run named `<what>` (by the date in the file name, then by
 the file name). The renderer follows the kind of the rows: `bench generate`, `soak`,
-`bench fss`, `bench ops` or `bench model`; a single-implementation `bench ops` table also
+`bench fss`, `bench ops`, `bench model` or `bench paper`; a single-implementation `bench ops` table also
 shows SIGMA's own CPU build from results/data/sigma-cpu-ops.jsonl. A marker with no run yet
 keeps what it holds. The prose outside the markers is never touched.
 
@@ -53,6 +53,9 @@ KINDS = {
     "ops": ({"op", "key_bytes_per_elem"},
             {"op", "impl", "n", "f", "elements", "shape", "key_bytes_per_elem", "comm_bytes_per_elem",
              "rounds", "keygen_ns_per_elem", "eval_ns_per_elem", "exact", "max_abs_err", "threads"}),
+    "paper": ({"kind", "paper_online_ms", "online_ms"},
+              {"kind", "model", "impl", "seq", "net", "online_ms", "keygen_ms", "key_bytes", "comm_bytes",
+               "rounds", "exact", "peak_rss_bytes", "keys"}),
     "model": ({"seq", "online_ms", "key_bytes"},
               {"model", "impl", "seq", "layers", "n", "f", "online_ms", "keygen_ms", "key_bytes",
                "comm_bytes", "rounds", "exact", "max_abs_err_vs_float", "cosine_vs_float",
@@ -495,8 +498,57 @@ def render_model(run: Run, _results: Path) -> str:
     return "\n\n".join(out)
 
 
+def change(sigma: float | None, fusefss: float | None) -> str:
+    if not sigma or fusefss is None:
+        return "–"
+    return f"{100.0 * (fusefss / sigma - 1.0):+.0f} %"
+
+
+def render_paper(run: Run, _results: Path) -> str:
+    """`bench paper`: the paper's Table 1 (SIGMA / FuseFSS side by side, our change next to the
+    paper's) and the BERT-base sequence sweep."""
+    out = [f"{source(run)}: both servers in one process, one core each; one party's key and "
+           f"communication; the paper's figures (GPU, its own LAN) beside ours as changes, "
+           f"FuseFSS against SIGMA. Sizes in decimal units."]
+    pairs: dict[tuple, dict[str, dict]] = {}
+    for r in run.rows:
+        pairs.setdefault((r["kind"], r["model"], r["seq"], r["net"]), {})[r["impl"]] = r
+    table_rows, sweep_rows = [], []
+    for (kind, model, seq, net), by in pairs.items():
+        s, f = by.get("sigma"), by.get("fusefss")
+        if not s or not f:
+            continue
+        exact = "yes" if s["exact"] and f["exact"] else "**no**"
+        ours_speed = f"{s['online_ms'] / f['online_ms']:.2f}×"
+        paper_speed = (f"{s['paper_online_ms'] / f['paper_online_ms']:.2f}×"
+                       if s.get("paper_online_ms") and f.get("paper_online_ms") else "–")
+        if kind == "sweep":
+            sweep_rows.append([f"{seq}", net, ms(s["online_ms"]), ms(f["online_ms"]), ours_speed, paper_speed,
+                               size(s["key_bytes"]), size(f["key_bytes"]), f["keys"], exact])
+            continue
+        table_rows.append([
+            model, f"{seq}", net,
+            f"{ms(s['online_ms'])} / {ms(f['online_ms'])}", ours_speed, paper_speed,
+            f"{size(s['comm_bytes'])} / {size(f['comm_bytes'])}",
+            change(s["comm_bytes"], f["comm_bytes"]), change(s.get("paper_comm_bytes"), f.get("paper_comm_bytes")),
+            f"{s['rounds']} / {f['rounds']}", ratio(f["rounds"], s["rounds"]),
+            f"{size(s['key_bytes'])} / {size(f['key_bytes'])}",
+            change(s["key_bytes"], f["key_bytes"]), change(s.get("paper_key_bytes"), f.get("paper_key_bytes")),
+            f"{ms(s['keygen_ms'])} / {ms(f['keygen_ms'])}", change(s["keygen_ms"], f["keygen_ms"]),
+            exact, size(max(s["peak_rss_bytes"], f["peak_rss_bytes"])), f["keys"]])
+    if table_rows:
+        out.append(table(["model", "seq", "net", "online S / F", "speed-up", "paper", "comm S / F", "comm",
+                          "paper", "rounds S / F", "F/S", "key S / F", "key", "paper", "keygen S / F",
+                          "keygen", "exact", "peak RSS", "keys"], table_rows))
+    if sweep_rows:
+        out.append("BERT-base by sequence length:")
+        out.append(table(["seq", "net", "online SIGMA", "online FuseFSS", "speed-up", "paper", "key SIGMA",
+                          "key FuseFSS", "keys", "exact"], sweep_rows))
+    return "\n\n".join(out)
+
+
 RENDER = {"generate": render_generate, "soak": render_soak, "fss": render_fss, "ops": render_ops,
-          "model": render_model}
+          "paper": render_paper, "model": render_model}
 
 
 # ---------------------------------------------------------------------------------- main --

@@ -22,15 +22,11 @@ use anyhow::{Context, bail, ensure};
 use clap::Parser;
 use engine::Impl;
 use engine::blocks::dequantize;
-use fss::rng::Rng;
 use models::llama::Sampling;
 use models::registry::{Llama, Loaded, ModelName};
-use net::Transport;
 use net::tls::{self, Role};
 use serde::Serialize;
 use service::Shape;
-use service::client::ClientQuery;
-use service::proto::{Msg, tag};
 
 use crate::bench::model::ModelBenchArgs;
 use crate::bench::ops::OpsBenchArgs;
@@ -604,10 +600,6 @@ impl Client {
     pub fn run(&self, model: &Model, input: Input<'_>, check: bool) -> anyhow::Result<Run> {
         let (seq, x) = model.input(input)?;
         let loaded = &model.loaded;
-        let mut rng = fss::rng::os_rng()?;
-        let (x0, x1) = engine::share_input(&x, loaded.fixed().n, &mut rng);
-        let mut id = [0u8; 16];
-        rng.fill_bytes(&mut id);
         let g = loaded.graph(seq)?;
         let out_len = g.shape(g.output).len();
         let shape = Shape {
@@ -616,24 +608,16 @@ impl Client {
             layers: Some(loaded.layers() as u32),
             new: None,
         };
-        let (mut q, msgs) = ClientQuery::new(id, shape, [x0, x1], out_len);
-        let (tx, rx) = std::sync::mpsc::channel();
-        for (party, msgs) in [0u8, 1].into_iter().zip(msgs) {
-            let (addr, dir, me, tx) =
-                (self.servers[party as usize].clone(), self.tls.clone(), self.me.clone(), tx.clone());
-            let timeout = self.timeout;
-            std::thread::spawn(move || {
-                let r = crate::deploy::client::ask(party, &addr, &dir, &me, &msgs, out_len, timeout);
-                let _ = tx.send((party, r));
-            });
-        }
-        drop(tx);
-        // Both servers at once; the first failure ends the query.
-        for (party, r) in rx.iter().take(2) {
-            let reply = r.with_context(|| format!("query {} failed", tag(&id)))?;
-            q.on_reply(party, &reply).with_context(|| format!("query {} failed", tag(&id)))?;
-        }
-        let reply = q.finish().with_context(|| format!("query {} failed", tag(&id)))?;
+        let reply = crate::deploy::client::ask_both(
+            shape,
+            &x,
+            loaded.fixed().n,
+            out_len,
+            &self.servers,
+            &self.tls,
+            &self.me,
+            self.timeout,
+        )?;
         let [a0, a1] = &reply.answers;
         let imp = reply.descriptor.imp;
         let matches = if check {
@@ -677,88 +661,38 @@ impl Client {
         mut each: impl FnMut(Token) -> bool,
     ) -> anyhow::Result<Vec<u32>> {
         let m = model.llama()?;
-        let sampling = o.sampling()?;
         let ids = m.prompt(prompt, o.chat)?;
-        let mut rng = fss::rng::os_rng()?;
-        let mut id = [0u8; 16];
-        rng.fill_bytes(&mut id);
-        let (n, f) = (m.fx.fx.n, m.fx.fx.f);
-        let vocab = m.w.config.vocab;
-        let shape = Shape {
+        let session = crate::deploy::client::RemoteSession {
             model: model.builtin()?,
-            seq: ids.len() as u32,
-            layers: Some(model.loaded.layers() as u32),
-            new: Some(o.max_new_tokens as u32),
+            layers: model.loaded.layers() as u32,
+            llama: m,
+            prompt: &ids,
+            max_new_tokens: o.max_new_tokens,
+            sampling: o.sampling()?,
+            check: o.check,
+            hide_length: o.hide_length,
+            servers: &self.servers,
+            tls: &self.tls,
+            me: &self.me,
+            timeout: self.timeout,
         };
-        let x = m.fx.input(&ids);
-        let (x0, x1) = engine::share_input(&x, n, &mut rng);
-        let (mut q, msgs) = ClientQuery::new(id, shape, [x0, x1], vocab);
-        let mut conns = Vec::with_capacity(2);
-        for (party, msgs) in [0u8, 1].into_iter().zip(&msgs) {
-            let mut c =
-                crate::deploy::client::connect(party, &self.servers[party as usize], &self.tls, &self.me)?;
-            c.set_timeout(Some(self.timeout));
-            c.set_max_frame(service::proto::limits::answer(vocab));
-            for msg in msgs {
-                c.send(&msg.encode())?;
-            }
-            conns.push(c);
-        }
-        let session = service::session::SessionShape { prompt_len: ids.len(), new_tokens: o.max_new_tokens };
-        let mut plain_cache: Vec<Vec<u64>> = vec![];
-        let mut next = ids.clone();
-        // With hide_length, the steps after the end of turn still run, on dummy tokens.
-        let mut ended = false;
-        for step in 0..o.max_new_tokens {
-            for (party, c) in conns.iter_mut().enumerate() {
-                let b = c.recv().with_context(|| format!("waiting for server {party} (step {step})"))?;
-                q.on_reply(party as u8, &b).with_context(|| format!("generation {} failed", tag(&id)))?;
-            }
-            let reply = std::mem::replace(&mut q, ClientQuery::awaiting(shape, vocab))
-                .finish()
-                .with_context(|| format!("generation {} failed", tag(&id)))?;
-            let [a0, a1] = &reply.answers;
-            let logits: Vec<f64> = reply.output.iter().map(|&v| dequantize(v, 2 * f, n)).collect();
-            let token = if ended { m.eos.unwrap_or(0) } else { sampling.pick(&logits, &mut rng) };
-            let matches = if o.check {
-                let (g, gates) = service::session::step_program(&m.fx, reply.descriptor.imp, session, step)?;
-                let (want, cache) = engine::plain_step(&g, &gates, &m.fx.input(&next), &plain_cache)?;
-                plain_cache = cache;
-                Some(want == reply.output)
-            } else {
-                None
-            };
-            let mut go_on = true;
-            if !ended {
-                go_on = each(Token {
-                    step,
-                    id: token,
-                    text: m.decode(&[token]),
-                    end_of_turn: Some(token) == m.eos,
-                    matches_plaintext: matches,
+        crate::deploy::client::generate_remote(&session, |s| {
+            s.after_end
+                || each(Token {
+                    step: s.step,
+                    id: s.token,
+                    text: m.decode(&[s.token]),
+                    end_of_turn: Some(s.token) == m.eos,
+                    matches_plaintext: s.matches_plaintext,
                     costs: Costs {
-                        online_ms: a0.online_ms.max(a1.online_ms),
+                        online_ms: s.online_ms,
                         keygen_ms: None,
                         key_bytes: None,
-                        comm_bytes: a0.comm_bytes.max(a1.comm_bytes),
-                        rounds: a0.rounds.max(a1.rounds),
+                        comm_bytes: s.comm_bytes,
+                        rounds: s.rounds,
                     },
-                });
-            }
-            ended |= Some(token) == m.eos || !go_on;
-            let last = step + 1 == o.max_new_tokens || (ended && !(o.hide_length && go_on));
-            if last {
-                for c in &mut conns {
-                    let _ = c.send(&Msg::Stop.encode());
-                }
-                break;
-            }
-            next = vec![token];
-            let (y0, y1) = engine::share_input(&m.fx.input(&next), n, &mut rng);
-            for (c, share) in conns.iter_mut().zip([y0, y1]) {
-                c.send(&Msg::Share(share).encode()).context("sending the next token's share")?;
-            }
-        }
+                })
+        })?;
         Ok(ids)
     }
 }

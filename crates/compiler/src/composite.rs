@@ -91,7 +91,7 @@ pub const NEXP_ROW_BITS: u32 = 6;
 pub const RECIP_MANTISSA_BITS: u32 = 7;
 
 /// Runs of softmax's `1/S` grid span at most `2^10` high positions (three runs at n = 37:
-/// 678 B of key per row; bert-tiny's softmax 84 → 68 ms against the reduced view's table).
+/// 678 B of key per row; faster than the reduced view's table, CHANGELOG.md).
 pub const RECIP_RUN_WINDOW_BITS: u32 = 10;
 
 /// The softmax of [`Softmax::sigma`] with a compiled `e^{−x}` (on `cmp_bits + 1` bits, rows
@@ -145,9 +145,8 @@ pub fn softmax(
 /// Rows of `2^GELU_ROW_BITS` ulps for the models' GeLU: error 7.7e-3, SIGMA's class (its
 /// 8-bit table: 7.6e-3). Rows of `2^6` halve the error (3.9e-3) but double the window
 /// (514 against 258 high positions: one more subtree level and a key one level longer
-/// per element): 0.55 against
-/// 0.46 µs per element at n = 37 (`fusefss bench ops --n 37 --ops gelu --rows 6|7 --split
-/// true`) and bert-tiny ~13 ms slower, for the same cosine against f64 (bert-tiny seq 128:
+/// per element), and are slower (`fusefss bench ops --n 37 --ops gelu --rows 6|7 --split
+/// true`; figures in CHANGELOG.md) for the same cosine against f64 (bert-tiny seq 128:
 /// 0.999955 with either; MiniLM seq 32: 0.999926 / 0.999927).
 pub const GELU_ROW_BITS: u32 = 7;
 
@@ -155,8 +154,8 @@ pub const GELU_ROW_BITS: u32 = 7;
 /// from rows of `2^GELU_ROW_BITS` ulps, minimax per row) with the comparison split at the
 /// rows. Against the exactly rounded [`library::gelu`] it reads one window of 180 high
 /// positions (its 178 rows around 0, [`library::gelu_rows`]) instead of ~33k positions per
-/// element (0.46 against 2.63 µs at n = 37), for a key of 397 against 385 B per element at
-/// n = 37.
+/// element (several times faster, CHANGELOG.md), for a key of 397 against 385 B per element
+/// at n = 37.
 ///
 /// # Errors
 /// [`SpecError`] for unsupported widths.
@@ -179,8 +178,8 @@ pub fn silu(n: u32, f: u32) -> Result<Compiled, SpecError> {
 /// Mantissa bits of LayerNorm's `1/σ` grid ([`library::rsqrt_bits`]): with 6, the grid has
 /// half the thresholds of the 7-bit [`library::rsqrt`] and LayerNorm's error is SIGMA's
 /// (`fusefss bench ops --ops layernorm`: 6.5e-3–6.9e-3 against 6.2e-3–6.5e-3 at n = 50,
-/// 9.5e-3 against 8.6e-3 at n = 37; 7 bits: 3.4e-3) for ~40 % less evaluation time (bert-tiny's LayerNorms:
-/// 91 → 51 ms). RMSNorm, whose outputs are not centred, keeps 7 bits
+/// 9.5e-3 against 8.6e-3 at n = 37; 7 bits: 3.4e-3) for ~40 % less evaluation time
+/// (CHANGELOG.md). RMSNorm, whose outputs are not centred, keeps 7 bits
 /// ([`RMS_RSQRT_MANTISSA_BITS`]; with 6 its error was 1.6× SIGMA's).
 pub const RSQRT_MANTISSA_BITS: u32 = 6;
 
@@ -193,12 +192,10 @@ pub const RMS_RSQRT_MANTISSA_BITS: u32 = 9;
 pub const RMS_RSQRT_EXTRA_BITS: u32 = 8;
 
 /// Runs of LayerNorm's `1/σ` grid ([`CompileOptions::grouped`]) span at most `2^12` high
-/// positions: the 17 octaves at n = 37 are three runs. With `2^15` (two runs) evaluation
-/// was ~12× faster than one split (bert-tiny's LayerNorms: 60 → 33 ms, then 15 ms with the
-/// plan built once per program) for ~570 B more key per row; `2^12` adds a run for ~700 B
-/// more per row (bert-tiny: +362 KB of 190.6 MB) and takes bert-tiny's LayerNorms from
-/// 24–28 to 20–21 ms (`fusefss bench model --impl fusefss`, alternating builds; `2^10`:
-/// 21–22 ms for 1 MB more).
+/// positions: the 17 octaves at n = 37 are three runs. Two runs (`2^15`) were much faster
+/// than one split for ~570 B more key per row; `2^12` adds a run for ~700 B more per row
+/// (bert-tiny: +362 KB of 190.6 MB) and is faster again, `2^10` no faster for 1 MB more
+/// (`fusefss bench model --impl fusefss`, alternating builds; figures in CHANGELOG.md).
 pub const RSQRT_RUN_WINDOW_BITS: u32 = 12;
 
 /// The options a normalisation compiles its `1/σ` grid of `m` mantissa bits with

@@ -4,9 +4,9 @@
 //! each lane needs `H_c(s)` for its own direction `c`; the walk computes *both* children of
 //! every lane with two whole-chunk AES calls and selects with masks. That doubles the AES
 //! work of a level but keeps every loop sequential over plain `u64` arrays, which the
-//! compiler vectorises — partitioning lanes by direction instead costs ~4× more in
-//! bookkeeping than the AES it saves (measured: 5.1 ns against 2.6 ns per lane and level
-//! for a DPF at n = 50).
+//! compiler vectorises — partitioning lanes by direction instead costs more in bookkeeping
+//! than the AES it saves (measured for a DPF at n = 50: about twice the time per lane and
+//! level; CHANGELOG.md).
 //!
 //! Seeds are kept as two `u64` halves; `σ(hi‖lo) = (hi ⊕ lo)‖hi` is the block whose low 8
 //! bytes are `hi` and high 8 bytes `hi ⊕ lo`.

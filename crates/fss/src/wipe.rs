@@ -4,8 +4,8 @@
 //! [`wipe`] clears the vector, zeroizes its whole allocation through `zeroize`'s bulk path
 //! for uninitialised memory (a `memset` and an optimisation barrier) and releases it.
 //! Wiping the hundreds of MB of keys a model drops layer by layer is memory-bound: one
-//! bert-tiny query (seq 128) wiped ~228 MB per server for FuseFSS and ~219 MB for SIGMA,
-//! ~30 ms per server on a 2-core host (counted and timed in `wipe`, temporarily); FuseFSS's
+//! bert-tiny query (seq 128) wiped ~228 MB per server for FuseFSS and ~219 MB for SIGMA
+//! (counted in `wipe`, temporarily; the time in CHANGELOG.md); FuseFSS's
 //! compiled keys now hold their narrow words at 1 or 32 bits, ~27 MB less by their widths.
 
 use std::mem::MaybeUninit;

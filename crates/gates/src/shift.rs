@@ -17,7 +17,7 @@ use crate::dealer::{random_bits, random_words, share, share_bits};
 use crate::error::{GateError, check_len};
 use crate::gate::Gate;
 use crate::keyio::{GateKey, get_bits, get_words, key_debug, put_bits, put_words};
-use crate::kit::{check_inputs, check_party, party_term};
+use crate::kit::{check_inputs, check_party, party_term, unary};
 use crate::online::Ctx;
 
 /// Shape of a [`CarryKey`].
@@ -112,57 +112,6 @@ macro_rules! carry_gate_key {
     };
 }
 
-/// Implements the plumbing of [`Gate`] for one-input gates with a `deal` and a `run`.
-macro_rules! unary_gate {
-    ($shape:ty, $key:ty, $out_bits:expr, $reference:expr) => {
-        impl Gate for $shape {
-            type Key = $key;
-
-            fn input_bits(&self) -> Vec<u32> {
-                vec![self.in_bits()]
-            }
-
-            fn input_lens(&self) -> Vec<usize> {
-                vec![self.len]
-            }
-
-            fn output_bits(&self) -> u32 {
-                #[allow(clippy::redundant_closure_call)]
-                ($out_bits)(self)
-            }
-
-            fn output_len(&self) -> usize {
-                self.len
-            }
-
-            fn key_shape(&self) -> $shape {
-                *self
-            }
-
-            fn keygen<R: CryptoRng + ?Sized>(
-                &self,
-                masks_in: &[&[u64]],
-                mask_out: &[u64],
-                rng: &mut R,
-            ) -> Result<($key, $key), GateError> {
-                check_inputs(masks_in, &self.input_lens())?;
-                self.deal(masks_in[0], mask_out, rng)
-            }
-
-            async fn eval(&self, ctx: &Ctx, key: &$key, inputs: &[&[u64]]) -> Result<Vec<u64>, GateError> {
-                check_inputs(inputs, &self.input_lens())?;
-                check_party(ctx, key.party)?;
-                self.run(ctx, key, inputs[0]).await
-            }
-
-            fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
-                #[allow(clippy::redundant_closure_call)]
-                inputs[0].iter().map(|&x| ($reference)(self, x)).collect()
-            }
-        }
-    };
-}
-
 fn check_shift(bits: u32, shift: u32, max: u32) -> Result<(), GateError> {
     if shift == 0 || shift > max || bits > 64 {
         return Err(GateError::Params(format!("shift {shift} on {bits} bits")));
@@ -193,7 +142,16 @@ key_debug!(TruncReduceKey);
 carry_gate_key!(TruncReduceKey, TruncReduce);
 
 impl TruncReduce {
-    fn in_bits(&self) -> u32 {
+    fn output_width(&self) -> u32 {
+        self.bits - self.shift
+    }
+
+    /// The plaintext result for one input.
+    fn plain(&self, x: u64) -> u64 {
+        (x >> self.shift) & mask(self.bits - self.shift)
+    }
+
+    fn input_width(&self) -> u32 {
         self.bits
     }
 
@@ -236,9 +194,7 @@ impl TruncReduce {
     }
 }
 
-unary_gate!(TruncReduce, TruncReduceKey, |g: &TruncReduce| g.bits - g.shift, |g: &TruncReduce, x: u64| {
-    (x >> g.shift) & mask(g.bits - g.shift)
-});
+unary!(TruncReduce, TruncReduceKey);
 
 /// Truncate-with-slack (SIGMA's ARS, `TrWithSlack`): `y = ⌊x / 2^s⌋` for signed `x` with
 /// `|x| < 2^{n−2}`, output in `Z_{2^out_bits}`. With `x1 = x̂ + 2^{n−2}`:
@@ -288,7 +244,17 @@ impl GateKey for ArsSlackKey {
 }
 
 impl ArsSlack {
-    fn in_bits(&self) -> u32 {
+    fn output_width(&self) -> u32 {
+        self.out_bits
+    }
+
+    /// The plaintext result for one input.
+    fn plain(&self, x: u64) -> u64 {
+        let ring = Ring::new(self.bits).expect("valid width");
+        ((ring.to_signed(x) >> self.shift) as u64) & mask(self.out_bits)
+    }
+
+    fn input_width(&self) -> u32 {
         self.bits
     }
 
@@ -353,10 +319,7 @@ impl ArsSlack {
     }
 }
 
-unary_gate!(ArsSlack, ArsSlackKey, |g: &ArsSlack| g.out_bits, |g: &ArsSlack, x: u64| {
-    let ring = Ring::new(g.bits).expect("valid width");
-    ((ring.to_signed(x) >> g.shift) as u64) & mask(g.out_bits)
-});
+unary!(ArsSlack, ArsSlackKey);
 
 /// Sign or zero extension from `Z_{2^n'}` to `Z_{2^B}` (SIGMA): with `y = x̂ + off` (same
 /// mask, `off = 2^{n'−1}` when signed), `x = y − r + 2^{n'}·1{y < r} − off` in `Z_{2^B}`. One
@@ -384,7 +347,17 @@ key_debug!(ExtendKey);
 carry_gate_key!(ExtendKey, Extend);
 
 impl Extend {
-    fn in_bits(&self) -> u32 {
+    fn output_width(&self) -> u32 {
+        self.out_bits
+    }
+
+    /// The plaintext result for one input.
+    fn plain(&self, x: u64) -> u64 {
+        let v = if self.signed { Ring::new(self.bits).expect("valid width").to_signed(x) as u64 } else { x };
+        v & mask(self.out_bits)
+    }
+
+    fn input_width(&self) -> u32 {
         self.bits
     }
 
@@ -433,10 +406,7 @@ impl Extend {
     }
 }
 
-unary_gate!(Extend, ExtendKey, |g: &Extend| g.out_bits, |g: &Extend, x: u64| {
-    let v = if g.signed { Ring::new(g.bits).expect("valid width").to_signed(x) as u64 } else { x };
-    v & mask(g.out_bits)
-});
+unary!(Extend, ExtendKey);
 
 /// Exact shift right by `s` of an `n`-bit value, result in `Z_{2^n}`: SIGMA's faithful ARS
 /// (`TrFloor`) — truncate-reduce, then sign extension — or, unsigned, the exact LRS with a
@@ -483,7 +453,20 @@ impl GateKey for ShiftExactKey {
 }
 
 impl ShiftExact {
-    fn in_bits(&self) -> u32 {
+    fn output_width(&self) -> u32 {
+        self.bits
+    }
+
+    /// The plaintext result for one input.
+    fn plain(&self, x: u64) -> u64 {
+        if self.signed {
+            (Ring::new(self.bits).expect("valid width").to_signed(x) >> self.shift) as u64 & mask(self.bits)
+        } else {
+            x >> self.shift
+        }
+    }
+
+    fn input_width(&self) -> u32 {
         self.bits
     }
 
@@ -524,13 +507,7 @@ impl ShiftExact {
     }
 }
 
-unary_gate!(ShiftExact, ShiftExactKey, |g: &ShiftExact| g.bits, |g: &ShiftExact, x: u64| {
-    if g.signed {
-        (Ring::new(g.bits).expect("valid width").to_signed(x) >> g.shift) as u64 & mask(g.bits)
-    } else {
-        x >> g.shift
-    }
-});
+unary!(ShiftExact, ShiftExactKey);
 
 /// SIGMA's counterpart of an exact ARS that also yields the sign: its exact shift
 /// ([`ShiftExact`]) and a DReLU on the same input, run side by side (their first rounds

@@ -14,9 +14,9 @@ use crate::model::{
 /// Arguments of `fusefss bench paper`.
 #[derive(Args)]
 pub struct PaperBenchArgs {
-    /// Models of the table (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "bert-tiny,bert-base,bert-large,gpt2")]
-    models: Vec<ModelName>,
+    /// Models of the table (comma-separated; `--models ''` for none, e.g. only the sweep).
+    #[arg(long, value_parser = model_names, default_value = "bert-tiny,bert-base,bert-large,gpt2")]
+    models: ModelList,
     /// Networks between the servers (comma-separated): none (in process), lan, wan.
     #[arg(long, value_delimiter = ',', value_enum, default_value = "none,lan")]
     net: Vec<NetChoice>,
@@ -43,6 +43,15 @@ pub struct PaperBenchArgs {
 /// Sequence lengths read from a comma-separated list (empty for none).
 #[derive(Clone, Debug)]
 struct SeqList(Vec<usize>);
+
+/// Models read from a comma-separated list (empty for none).
+#[derive(Clone, Debug)]
+struct ModelList(Vec<ModelName>);
+
+fn model_names(s: &str) -> Result<ModelList, String> {
+    let names = s.split(',').map(str::trim).filter(|t| !t.is_empty());
+    Ok(ModelList(names.map(|t| t.parse::<ModelName>().map_err(|e| e.to_string())).collect::<Result<_, _>>()?))
+}
 
 fn sequence_lengths(s: &str) -> Result<SeqList, String> {
     let lens = s
@@ -121,7 +130,7 @@ struct PaperRow<'a> {
 const GIB: f64 = (1u64 << 30) as f64;
 
 pub fn run(a: PaperBenchArgs) -> anyhow::Result<()> {
-    let runs = 2 * (a.models.len() * a.net.len() + a.sweep.0.len());
+    let runs = 2 * (a.models.0.len() * a.net.len() + a.sweep.0.len());
     let bar = ProgressBar::new(runs as u64);
     bar.set_style(
         ProgressStyle::with_template("bench paper [{bar:30}] {pos}/{len} runs, {elapsed} (eta {eta}) {msg}")
@@ -171,7 +180,7 @@ fn change(sigma: f64, fusefss: f64) -> String {
 fn run_all(a: &PaperBenchArgs, disk: &KeysAt, bar: &ProgressBar) -> anyhow::Result<()> {
     let keys_for = |seq: usize| if seq >= a.stream_from_seq { KeysAt::Stream } else { disk.clone() };
     let mut lines = vec![];
-    for &model in &a.models {
+    for &model in &a.models.0 {
         let loaded = load(model, None)?;
         let paper = PAPER.iter().find(|p| p.model == model && a.seq == 128);
         for &net in &a.net {

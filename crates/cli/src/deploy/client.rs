@@ -3,7 +3,7 @@
 //! from their shares.
 
 use std::net::{TcpStream, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -19,6 +19,7 @@ use service::client::ClientQuery;
 use service::proto::{Msg, limits, tag};
 
 use models::llama::Sampling;
+use models::registry::Llama;
 
 use crate::model::{Loaded, ModelName, load};
 
@@ -120,31 +121,21 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
     let ids = tokens(&loaded, &a)?;
     let x = loaded.input(&ids);
     let me = tls::load_identity(&a.tls, Role::Client)?;
-    let mut rng = fss::rng::os_rng()?;
-    let (x0, x1) = engine::share_input(&x, loaded.fixed().n, &mut rng);
-    let mut id = [0u8; 16];
-    rng.fill_bytes(&mut id);
     let layers = loaded.layers();
     let timeout = Duration::from_secs(a.timeout.max(1));
     let g = loaded.graph(seq)?;
     let out_len = g.shape(g.output).len();
     let shape = Shape { model: a.model, seq: seq as u32, layers: Some(layers as u32), new: None };
-    let (mut q, msgs) = ClientQuery::new(id, shape, [x0, x1], out_len);
-    let me = std::sync::Arc::new(me);
-    let (tx, rx) = std::sync::mpsc::channel();
-    for (party, msgs) in [0u8, 1].into_iter().zip(msgs) {
-        let (addr, dir, me, tx) = (a.servers[party as usize].clone(), a.tls.clone(), me.clone(), tx.clone());
-        std::thread::spawn(move || {
-            let _ = tx.send((party, ask(party, &addr, &dir, &me, &msgs, out_len, timeout)));
-        });
-    }
-    drop(tx);
-    // Both servers at once; the first failure ends the query.
-    for (party, r) in rx.iter().take(2) {
-        let reply = r.with_context(|| format!("query {} failed", tag(&id)))?;
-        q.on_reply(party, &reply).with_context(|| format!("query {} failed", tag(&id)))?;
-    }
-    let reply = q.finish().with_context(|| format!("query {} failed", tag(&id)))?;
+    let reply = ask_both(
+        shape,
+        &x,
+        loaded.fixed().n,
+        out_len,
+        &a.servers,
+        &a.tls,
+        &std::sync::Arc::new(me),
+        timeout,
+    )?;
     let [a0, a1] = &reply.answers;
     let desc = reply.descriptor;
     let n = a0.n;
@@ -293,12 +284,6 @@ struct GenOutput {
 /// sends each server the share of its embedding (or `Stop`).
 fn generate(a: &QueryArgs) -> anyhow::Result<()> {
     let sampling = Sampling { temperature: a.temperature, top_p: a.top_p };
-    if !sampling.is_valid() {
-        bail!("--temperature must be ≥ 0 and --top-p in (0, 1]");
-    }
-    if a.max_new_tokens == 0 {
-        bail!("--max-new-tokens must be positive");
-    }
     let t = Instant::now();
     let loaded = load(a.model, a.layers)?;
     let Some(m) = loaded.llama() else {
@@ -306,75 +291,37 @@ fn generate(a: &QueryArgs) -> anyhow::Result<()> {
     };
     let prompt = m.prompt(a.prompt.as_deref().unwrap_or_default(), a.chat)?;
     let me = tls::load_identity(&a.tls, Role::Client)?;
-    let mut rng = fss::rng::os_rng()?;
-    let mut id = [0u8; 16];
-    rng.fill_bytes(&mut id);
-    let (n, f) = (m.fx.fx.n, m.fx.fx.f);
-    let vocab = m.w.config.vocab;
-    let shape = Shape {
+    let session = RemoteSession {
         model: a.model,
-        seq: prompt.len() as u32,
-        layers: Some(loaded.layers() as u32),
-        new: Some(a.max_new_tokens as u32),
+        layers: loaded.layers() as u32,
+        llama: m,
+        prompt: &prompt,
+        max_new_tokens: a.max_new_tokens,
+        sampling,
+        check: a.check,
+        hide_length: a.hide_length,
+        servers: &a.servers,
+        tls: &a.tls,
+        me: &me,
+        timeout: Duration::from_secs(a.timeout.max(1)),
     };
-    let x = m.fx.input(&prompt);
-    let (x0, x1) = engine::share_input(&x, n, &mut rng);
-    let (mut q, msgs) = ClientQuery::new(id, shape, [x0, x1], vocab);
-    let timeout = Duration::from_secs(a.timeout.max(1));
-    let mut conns = Vec::with_capacity(2);
-    for (party, msgs) in [0u8, 1].into_iter().zip(&msgs) {
-        let mut c = connect(party, &a.servers[party as usize], &a.tls, &me)?;
-        c.set_timeout(Some(timeout));
-        c.set_max_frame(limits::answer(vocab));
-        for msg in msgs {
-            c.send(&msg.encode())?;
-        }
-        conns.push(c);
-    }
-    // With --check, the plaintext fixed-point model on the same tokens, step by step.
-    let shape_s = service::session::SessionShape { prompt_len: prompt.len(), new_tokens: a.max_new_tokens };
-    let mut plain_cache: Vec<Vec<u64>> = vec![];
     let (mut tokens, mut steps) = (vec![], vec![]);
-    let mut desc = None;
-    let mut bundle = String::new();
-    let mut next = prompt.clone();
+    let (mut imp, mut bundle) = (None, String::new());
     if !a.json {
         println!("{} generating from a prompt of {} tokens:", a.model, prompt.len());
     }
-    // With --hide-length, the steps after the end of turn still run, on dummy tokens.
-    let mut ended = false;
-    for step in 0..a.max_new_tokens {
-        let mut got = false;
-        for (party, c) in conns.iter_mut().enumerate() {
-            let b = c.recv().with_context(|| format!("waiting for server {party} (step {step})"))?;
-            got = q.on_reply(party as u8, &b).with_context(|| format!("generation {} failed", tag(&id)))?;
-        }
-        debug_assert!(got);
-        let reply = std::mem::replace(&mut q, ClientQuery::awaiting(shape, vocab))
-            .finish()
-            .with_context(|| format!("generation {} failed", tag(&id)))?;
-        let [a0, a1] = &reply.answers;
-        bundle = a0.bundle.clone();
-        let logits: Vec<f64> = reply.output.iter().map(|&v| dequantize(v, 2 * f, n)).collect();
-        let token = if ended { m.eos.unwrap_or(0) } else { sampling.pick(&logits, &mut rng) };
-        let matches = if a.check {
-            let (g, gates) = service::session::step_program(&m.fx, reply.descriptor.imp, shape_s, step)?;
-            let (want, cache) = engine::plain_step(&g, &gates, &m.fx.input(&next), &plain_cache)?;
-            plain_cache = cache;
-            Some(want == reply.output)
-        } else {
-            None
-        };
-        desc = Some(reply.descriptor);
-        if !a.json && !ended {
+    generate_remote(&session, |s| {
+        bundle.clone_from(&s.bundle);
+        imp = Some(s.imp);
+        if !a.json && !s.after_end {
             println!(
                 "  {} token {:>5} {:<14} online {:>7.1} ms, {:>4} rounds{}",
-                if step == 0 { "prefill" } else { "step   " },
-                token,
-                format!("{:?}", m.decode(&[token])),
-                a0.online_ms.max(a1.online_ms),
-                a0.rounds.max(a1.rounds),
-                match matches {
+                if s.step == 0 { "prefill" } else { "step   " },
+                s.token,
+                format!("{:?}", m.decode(&[s.token])),
+                s.online_ms,
+                s.rounds,
+                match s.matches_plaintext {
                     Some(true) => ", as the plaintext fixed-point model",
                     Some(false) => ", NOT as the plaintext fixed-point model",
                     None => "",
@@ -382,34 +329,23 @@ fn generate(a: &QueryArgs) -> anyhow::Result<()> {
             );
         }
         steps.push(GenStep {
-            step,
-            token,
-            online_ms: a0.online_ms.max(a1.online_ms),
-            rounds: a0.rounds.max(a1.rounds),
-            comm_bytes: a0.comm_bytes.max(a1.comm_bytes),
-            matches_plaintext: matches,
+            step: s.step,
+            token: s.token,
+            online_ms: s.online_ms,
+            rounds: s.rounds,
+            comm_bytes: s.comm_bytes,
+            matches_plaintext: s.matches_plaintext,
         });
-        if !ended {
-            tokens.push(token);
+        if !s.after_end {
+            tokens.push(s.token);
         }
-        ended |= Some(token) == m.eos;
-        let last = step + 1 == a.max_new_tokens || (ended && !a.hide_length);
-        if last {
-            for c in &mut conns {
-                let _ = c.send(&Msg::Stop.encode());
-            }
-            break;
-        }
-        next = vec![token];
-        let (y0, y1) = engine::share_input(&m.fx.input(&next), n, &mut rng);
-        for (c, share) in conns.iter_mut().zip([y0, y1]) {
-            c.send(&Msg::Share(share).encode()).context("sending the next token's share")?;
-        }
-    }
+        true
+    })?;
+    let desc = imp;
     let matches = a.check.then(|| steps.iter().all(|s| s.matches_plaintext == Some(true)));
     let out = GenOutput {
         model: a.model.name(),
-        implementation: desc.map(|d| d.imp.name().to_string()).unwrap_or_default(),
+        implementation: desc.map(|i| i.name().to_string()).unwrap_or_default(),
         bundle,
         prompt_tokens: prompt.len(),
         text: m.decode(&tokens),
@@ -433,4 +369,187 @@ fn generate(a: &QueryArgs) -> anyhow::Result<()> {
         bail!("the secure result differs from the plaintext fixed-point result");
     }
     Ok(())
+}
+
+/// A deployed generation as the client runs it: the model, the prompt's tokens and how to
+/// reach the servers.
+pub struct RemoteSession<'a> {
+    /// The model the servers' session bundles are for.
+    pub model: ModelName,
+    /// Its layers.
+    pub layers: u32,
+    /// The model in the clear (the client embeds tokens and finishes the logits).
+    pub llama: &'a Llama,
+    /// The prompt's tokens (the session's prompt length).
+    pub prompt: &'a [u32],
+    /// Steps of the session (the prefill's token is the first).
+    pub max_new_tokens: usize,
+    /// How the client picks each token.
+    pub sampling: Sampling,
+    /// Also run the plaintext fixed-point model on the same tokens, step by step.
+    pub check: bool,
+    /// Run the steps after the end of turn too, on dummy tokens, so the servers do not
+    /// learn the answer's length.
+    pub hide_length: bool,
+    /// The two servers' addresses.
+    pub servers: &'a [String],
+    /// The dealer's certificate folder.
+    pub tls: &'a Path,
+    /// The client's TLS identity.
+    pub me: &'a tls::Identity,
+    /// How long to wait for a server.
+    pub timeout: Duration,
+}
+
+/// One step of a deployed generation, as the client sees it.
+pub struct RemoteStep {
+    /// Step index (0: the prefill).
+    pub step: usize,
+    /// The token the client picked.
+    pub token: u32,
+    /// A step after the end of turn, run on a dummy token to hide the length.
+    pub after_end: bool,
+    /// The slower server's online time, ms.
+    pub online_ms: f64,
+    /// Online rounds.
+    pub rounds: u64,
+    /// Bytes the busier server sent.
+    pub comm_bytes: u64,
+    /// With `check`: whether the secure logits equal the plaintext fixed-point ones.
+    pub matches_plaintext: Option<bool>,
+    /// The session bundle's id.
+    pub bundle: String,
+    /// The implementation the servers' bundles were dealt for.
+    pub imp: engine::Impl,
+}
+
+/// Run a generation against the two servers: share the prompt, then at each step
+/// reconstruct the logits, pick a token, show it to `each` and share its embedding for the
+/// next step. `each` returning false ends the session (the servers' remaining steps are
+/// stopped, or run on dummy tokens with `hide_length`).
+///
+/// # Errors
+/// Bad options, a server that cannot be reached or refuses, or a failed step.
+pub fn generate_remote(
+    s: &RemoteSession<'_>,
+    mut each: impl FnMut(&RemoteStep) -> bool,
+) -> anyhow::Result<()> {
+    if !s.sampling.is_valid() {
+        bail!("--temperature must be ≥ 0 and --top-p in (0, 1]");
+    }
+    if s.max_new_tokens == 0 {
+        bail!("--max-new-tokens must be positive");
+    }
+    let m = s.llama;
+    let mut rng = fss::rng::os_rng()?;
+    let mut id = [0u8; 16];
+    rng.fill_bytes(&mut id);
+    let (n, f) = (m.fx.fx.n, m.fx.fx.f);
+    let vocab = m.w.config.vocab;
+    let shape = Shape {
+        model: s.model,
+        seq: s.prompt.len() as u32,
+        layers: Some(s.layers),
+        new: Some(s.max_new_tokens as u32),
+    };
+    let (x0, x1) = engine::share_input(&m.fx.input(s.prompt), n, &mut rng);
+    let (mut q, msgs) = ClientQuery::new(id, shape, [x0, x1], vocab);
+    let mut conns = Vec::with_capacity(2);
+    for (party, msgs) in [0u8, 1].into_iter().zip(&msgs) {
+        let mut c = connect(party, &s.servers[party as usize], s.tls, s.me)?;
+        c.set_timeout(Some(s.timeout));
+        c.set_max_frame(limits::answer(vocab));
+        for msg in msgs {
+            c.send(&msg.encode())?;
+        }
+        conns.push(c);
+    }
+    // With `check`, the plaintext fixed-point model on the same tokens, step by step.
+    let session = service::session::SessionShape { prompt_len: s.prompt.len(), new_tokens: s.max_new_tokens };
+    let mut plain_cache: Vec<Vec<u64>> = vec![];
+    let mut next = s.prompt.to_vec();
+    let mut ended = false;
+    for step in 0..s.max_new_tokens {
+        for (party, c) in conns.iter_mut().enumerate() {
+            let b = c.recv().with_context(|| format!("waiting for server {party} (step {step})"))?;
+            q.on_reply(party as u8, &b).with_context(|| format!("generation {} failed", tag(&id)))?;
+        }
+        let reply = std::mem::replace(&mut q, ClientQuery::awaiting(shape, vocab))
+            .finish()
+            .with_context(|| format!("generation {} failed", tag(&id)))?;
+        let [a0, a1] = &reply.answers;
+        let logits: Vec<f64> = reply.output.iter().map(|&v| dequantize(v, 2 * f, n)).collect();
+        let token = if ended { m.eos.unwrap_or(0) } else { s.sampling.pick(&logits, &mut rng) };
+        let matches_plaintext = if s.check {
+            let (g, gates) = service::session::step_program(&m.fx, reply.descriptor.imp, session, step)?;
+            let (want, cache) = engine::plain_step(&g, &gates, &m.fx.input(&next), &plain_cache)?;
+            plain_cache = cache;
+            Some(want == reply.output)
+        } else {
+            None
+        };
+        let go_on = each(&RemoteStep {
+            step,
+            token,
+            after_end: ended,
+            online_ms: a0.online_ms.max(a1.online_ms),
+            rounds: a0.rounds.max(a1.rounds),
+            comm_bytes: a0.comm_bytes.max(a1.comm_bytes),
+            matches_plaintext,
+            bundle: a0.bundle.clone(),
+            imp: reply.descriptor.imp,
+        }) || ended;
+        ended |= Some(token) == m.eos || !go_on;
+        let last = step + 1 == s.max_new_tokens || (ended && !(s.hide_length && go_on));
+        if last {
+            for c in &mut conns {
+                let _ = c.send(&Msg::Stop.encode());
+            }
+            break;
+        }
+        next = vec![token];
+        let (y0, y1) = engine::share_input(&m.fx.input(&next), n, &mut rng);
+        for (c, share) in conns.iter_mut().zip([y0, y1]) {
+            c.send(&Msg::Share(share).encode()).context("sending the next token's share")?;
+        }
+    }
+    Ok(())
+}
+
+/// One query against both servers at once: share `x` (`n` bits), send each server its half,
+/// and reconstruct the output of `out_len` values from their answers. The first failure
+/// ends the query.
+///
+/// # Errors
+/// A server that cannot be reached, refuses or fails, or answers that do not agree.
+#[allow(clippy::too_many_arguments)]
+pub fn ask_both(
+    shape: Shape,
+    x: &[u64],
+    n: u32,
+    out_len: usize,
+    servers: &[String],
+    tls: &Path,
+    me: &std::sync::Arc<tls::Identity>,
+    timeout: Duration,
+) -> anyhow::Result<service::client::Reply> {
+    let mut rng = fss::rng::os_rng()?;
+    let (x0, x1) = engine::share_input(x, n, &mut rng);
+    let mut id = [0u8; 16];
+    rng.fill_bytes(&mut id);
+    let (mut q, msgs) = ClientQuery::new(id, shape, [x0, x1], out_len);
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (party, msgs) in [0u8, 1].into_iter().zip(msgs) {
+        let (addr, dir, me, tx) =
+            (servers[party as usize].clone(), tls.to_path_buf(), me.clone(), tx.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send((party, ask(party, &addr, &dir, &me, &msgs, out_len, timeout)));
+        });
+    }
+    drop(tx);
+    for (party, r) in rx.iter().take(2) {
+        let reply = r.with_context(|| format!("query {} failed", tag(&id)))?;
+        q.on_reply(party, &reply).with_context(|| format!("query {} failed", tag(&id)))?;
+    }
+    q.finish().with_context(|| format!("query {} failed", tag(&id)))
 }
