@@ -27,7 +27,7 @@ use serde::Serialize;
 use service::bundle::{BundleHeader, BundleId, BundleReader, BundleWriter, Fingerprints};
 use service::session::{self, SessionShape};
 
-use crate::bench::model::NetChoice;
+use crate::model::NetChoice;
 use crate::model::{
     ImplChoice, KeysArgs, KeysAt, Link, TransportChoice, peak_rss_bytes, reset_peak_rss, run_linked_step,
 };
@@ -594,7 +594,7 @@ fn bench_rows(
             n: s.fx.n,
             f: s.fx.f,
             prefill_ms: s.steps[0].online_ms,
-            per_token_ms: crate::bench::median(decode.iter().map(|r| r.online_ms).collect()),
+            per_token_ms: crate::model::median(decode.iter().map(|r| r.online_ms).collect()),
             keygen_ms: s.steps.iter().map(|r| r.keygen_ms).sum(),
             prefill_key_bytes: s.steps[0].key_bytes,
             key_bytes_per_token: mean(&|r| r.key_bytes as f64),

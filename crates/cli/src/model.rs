@@ -554,3 +554,38 @@ impl ModelRow {
         }
     }
 }
+
+/// A simulated network between the servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum NetChoice {
+    /// None: the transport as it is.
+    None,
+    /// 0.5 ms per message, 1 GB/s (the paper's LAN).
+    Lan,
+    /// 4 ms per message, 400 MB/s (the paper's WAN).
+    Wan,
+}
+
+impl NetChoice {
+    pub fn name(self) -> &'static str {
+        match self {
+            NetChoice::None => "none",
+            NetChoice::Lan => "lan",
+            NetChoice::Wan => "wan",
+        }
+    }
+
+    pub fn sim(self) -> Option<net::NetSim> {
+        match self {
+            NetChoice::None => None,
+            NetChoice::Lan => Some(net::NetSim::LAN),
+            NetChoice::Wan => Some(net::NetSim::WAN),
+        }
+    }
+}
+
+/// Median of a non-empty sample.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}

@@ -9,6 +9,7 @@
 //! | [`store`] | a server's folder of bundles: exclusive lock, party marker, ledger of used bundles |
 //! | [`descriptor`] | which model, shape and implementation a bundle is for |
 //! | [`program`] | the program for a descriptor with its identity, built once per process |
+//! | [`error`] | why a program cannot be built for a descriptor ([`error::ProgramError`]) |
 //! | [`proto`] | the messages and their frame limits |
 //! | [`session`] | a generation session's keys as one bundle: dealt ahead, read step by step |
 //! | [`queue`] | queries waiting at a server: bounded, expiring without spending a bundle |
@@ -21,6 +22,7 @@
 pub mod bundle;
 pub mod client;
 pub mod descriptor;
+pub mod error;
 pub mod follower;
 pub mod leader;
 pub mod private;

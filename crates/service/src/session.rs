@@ -6,13 +6,13 @@
 //! ([`engine::run_party_step`]). A session is one bundle: single-use like any other, spent
 //! as a whole when it begins.
 
-use engine::{DealReport, EngineError, Graph, Impl, KeySink, NodeGates};
+use engine::{DealReport, Graph, Impl, KeySink, NodeGates};
 use fss::rng::DealerRng;
 use models::llama::LlamaFixed;
 use sha2::{Digest, Sha256};
 
 use crate::bundle::Fingerprints;
-use crate::program::ProgramError;
+use crate::error::ProgramError;
 
 /// The shape of a session: its prompt's tokens and the tokens it generates at most.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,10 +95,4 @@ pub fn deal(
         masks = carry;
     }
     Ok(reports)
-}
-
-impl From<EngineError> for ProgramError {
-    fn from(e: EngineError) -> ProgramError {
-        ProgramError::Deal(e)
-    }
 }

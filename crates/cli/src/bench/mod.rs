@@ -66,8 +66,4 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Median of a non-empty sample.
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
+pub use crate::model::median;

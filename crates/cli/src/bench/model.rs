@@ -6,34 +6,7 @@ use crate::model::{
     ImplChoice, KeysArgs, Link, ModelName, ModelRow, TransportChoice, load_model, reset_peak_rss, run_with,
 };
 
-/// A simulated network between the servers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum NetChoice {
-    /// None: the transport as it is.
-    None,
-    /// 0.5 ms per message, 1 GB/s (the paper's LAN).
-    Lan,
-    /// 4 ms per message, 400 MB/s (the paper's WAN).
-    Wan,
-}
-
-impl NetChoice {
-    pub fn name(self) -> &'static str {
-        match self {
-            NetChoice::None => "none",
-            NetChoice::Lan => "lan",
-            NetChoice::Wan => "wan",
-        }
-    }
-
-    pub fn sim(self) -> Option<net::NetSim> {
-        match self {
-            NetChoice::None => None,
-            NetChoice::Lan => Some(net::NetSim::LAN),
-            NetChoice::Wan => Some(net::NetSim::WAN),
-        }
-    }
-}
+pub use crate::model::NetChoice;
 
 /// Arguments of `fusefss bench model`.
 #[derive(Args)]

@@ -17,7 +17,6 @@
 //! bundle is touched.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -40,6 +39,7 @@ use service::queue::{Half, Limits, Queue};
 use service::{Catalog, Descriptor, Program, Programs, Shape, Store, text};
 
 use super::listen::{Pending, Ticket, accept_loop};
+use super::say;
 
 /// Arguments of `fusefss serve`.
 #[derive(Args)]
@@ -100,13 +100,6 @@ struct Server {
     peer: Option<Conn>,
     peer_addr: String,
     client_cfg: Arc<rustls::ClientConfig>,
-}
-
-/// Print one log line for `party`.
-pub fn say(party: u8, msg: impl std::fmt::Display) {
-    let mut o = std::io::stdout().lock();
-    let _ = writeln!(o, "[party {party}] {msg}");
-    let _ = o.flush();
 }
 
 fn secs(s: u64) -> Duration {

@@ -1,8 +1,18 @@
 //! Boolean values while a spec is lowered: XOR-linear bits of the comparison, local shares,
 //! and their combinations, with a bound on what expanding them into symbolic polynomials
-//! costs.
+//! costs; and the value of a `Φ` node (arithmetic or Boolean).
 
 use crate::predicate::LinBit;
+use crate::sym::Sym;
+
+/// A value of `Φ`.
+#[derive(Clone, Debug)]
+pub(super) enum Val {
+    /// An arithmetic value.
+    A(Sym),
+    /// A Boolean value.
+    B(BExpr),
+}
 
 /// A Boolean value during lowering.
 #[derive(Clone, Debug)]

@@ -7,13 +7,12 @@ use std::collections::HashMap;
 
 use fss::ring::mask;
 
-use super::bexpr::BExpr;
+use super::bexpr::{BExpr, Val};
 use super::budget::{Budget, Work};
 use super::cells::{Cells, Cover, Reads, StepFn, formula_at};
 use super::ir::{
     CmpBackend, DcfPlan, Exchange, Limits, LookupBackend, LookupPlan, MAX_TABLE_BITS, Program, TablePlan,
 };
-use super::phi::Val;
 use super::prep::alignment_runs;
 use super::words::Builder;
 use crate::predicate::{

@@ -5,21 +5,12 @@
 //! over the cells of what it reads ([`super::cells`]), so its size no longer depends on how
 //! its formula nests. Every node is charged to the budget before it is built.
 
-use super::bexpr::BExpr;
+use super::bexpr::{BExpr, Val};
 use super::budget::Work;
 use super::cells::{Reads, node_at, node_cone};
 use super::lower::Lower;
 use crate::spec::{Node, Phi, Site, SpecError, word};
 use crate::sym::{SVar, Sym};
-
-/// A value of `Φ`.
-#[derive(Clone, Debug)]
-pub(super) enum Val {
-    /// An arithmetic value.
-    A(Sym),
-    /// A Boolean value.
-    B(BExpr),
-}
 
 /// Most terms a Boolean node's expansion over its operands may have before the node is
 /// lowered over its cells instead (a product of three opened bits has 27).
