@@ -6,11 +6,10 @@ use std::time::Instant;
 
 use anyhow::{Context, anyhow};
 use clap::Args;
-use compiler::predicate::FullWidth;
-use compiler::{
-    CmpBackend, CompileOptions, Limits, LookupBackend, OperatorSpec, Program, SpecError, compile,
-};
+use compiler::{CompileOptions, Limits, OperatorSpec, Program, SpecError, compile};
 use serde::Serialize;
+
+use crate::bench::ops::{comparison_name, full_width_name, lookup_name};
 
 /// Arguments of `fusefss compile`.
 #[derive(Args)]
@@ -124,21 +123,9 @@ fn summary(a: &CompileArgs, spec: &OperatorSpec, p: &Program, compile_ms: f64) -
         comm_bytes_per_elem: 2.0 * c.sent_bits as f64 / 8.0,
         rounds: c.rounds,
         compile_ms,
-        comparison: match p.cmp {
-            CmpBackend::OneKey => "one-key",
-            CmpBackend::PerThreshold => "per-threshold",
-        },
-        lookup: match p.lookup_backend {
-            LookupBackend::StepBits => "step-bits".into(),
-            LookupBackend::IndexLut => "index-lut".into(),
-            LookupBackend::ReducedView { shift } => format!("reduced-view/{shift}"),
-            LookupBackend::Dcf => "dcf".into(),
-        },
-        full_width: match p.full_width {
-            FullWidth::Whole => "whole".into(),
-            FullWidth::Split(f) => format!("split/{f}"),
-            FullWidth::Grouped(f, w) => format!("grouped/{f}/{w}"),
-        },
+        comparison: comparison_name(p),
+        lookup: lookup_name(p),
+        full_width: full_width_name(p).unwrap_or_else(|| "whole".into()),
         comparison_keys: p.families.len(),
         comparison_points: c.queries,
         opened_bits: p.opened.len(),

@@ -575,22 +575,35 @@ pub fn compile_for(spec: &OperatorSpec, a: &OpsBenchArgs) -> anyhow::Result<Arc<
 
 /// The comparison keying, lookup backend and full-width mode of a compiled program.
 pub fn backend_name(p: &Program) -> String {
-    let cmp = match p.cmp {
+    let split = full_width_name(p).map_or(String::new(), |w| format!("+{w}"));
+    format!("{}+{}{split}", comparison_name(p), lookup_name(p))
+}
+
+/// The program's comparison keying: `one-key` or `per-threshold`.
+pub fn comparison_name(p: &Program) -> &'static str {
+    match p.cmp {
         CmpBackend::OneKey => "one-key",
         CmpBackend::PerThreshold => "per-threshold",
-    };
-    let lookup = match p.lookup_backend {
+    }
+}
+
+/// The program's interval lookup: `step-bits`, `index-lut`, `reduced-view/S` or `dcf`.
+pub fn lookup_name(p: &Program) -> String {
+    match p.lookup_backend {
         LookupBackend::StepBits => "step-bits".to_string(),
         LookupBackend::IndexLut => "index-lut".to_string(),
         LookupBackend::ReducedView { shift } => format!("reduced-view/{shift}"),
         LookupBackend::Dcf => "dcf".to_string(),
-    };
-    let split = match p.full_width {
-        compiler::predicate::FullWidth::Whole => String::new(),
-        compiler::predicate::FullWidth::Split(f) => format!("+split/{f}"),
-        compiler::predicate::FullWidth::Grouped(f, w) => format!("+grouped/{f}/{w}"),
-    };
-    format!("{cmp}+{lookup}{split}")
+    }
+}
+
+/// How the full-width comparisons are cut (`split/F` or `grouped/F/W`); `None` when whole.
+pub fn full_width_name(p: &Program) -> Option<String> {
+    match p.full_width {
+        compiler::predicate::FullWidth::Whole => None,
+        compiler::predicate::FullWidth::Split(f) => Some(format!("split/{f}")),
+        compiler::predicate::FullWidth::Grouped(f, w) => Some(format!("grouped/{f}/{w}")),
+    }
 }
 
 /// Elements a compiled row runs on: all of them, or as many as the key budget allows.

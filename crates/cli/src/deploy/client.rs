@@ -341,11 +341,10 @@ fn generate(a: &QueryArgs) -> anyhow::Result<()> {
         }
         true
     })?;
-    let desc = imp;
     let matches = a.check.then(|| steps.iter().all(|s| s.matches_plaintext == Some(true)));
     let out = GenOutput {
         model: a.model.name(),
-        implementation: desc.map(|i| i.name().to_string()).unwrap_or_default(),
+        implementation: imp.map(|i| i.name().to_string()).unwrap_or_default(),
         bundle,
         prompt_tokens: prompt.len(),
         text: m.decode(&tokens),
