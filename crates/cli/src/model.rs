@@ -489,7 +489,10 @@ pub struct ModelRow {
     /// Every timed run's online time, ms (`bench model --reps`), in run order.
     pub online_ms_runs: Vec<f64>,
     pub keygen_ms: f64,
+    /// Key bytes of the party with the larger key (as stored: FuseFSS keys seeded).
     pub key_bytes: u64,
+    /// Each party's key bytes.
+    pub key_bytes_each: [u64; 2],
     pub comm_bytes: u64,
     pub rounds: u64,
     pub exact: bool,
@@ -501,7 +504,7 @@ pub struct ModelRow {
     pub transport: &'static str,
     /// Simulated network: `none`, `lan` or `wan`.
     pub net: &'static str,
-    /// One party's key bytes by layer type.
+    /// Key bytes by layer type (the mean of the two parties').
     pub key_bytes_by_layer: std::collections::BTreeMap<&'static str, u64>,
     /// Where the keys were: `memory`, `disk` (bundles read back as the servers run) or
     /// `stream` (dealt while the servers run).
@@ -539,6 +542,7 @@ impl ModelRow {
             online_ms_runs: vec![o.online.as_secs_f64() * 1e3],
             keygen_ms: o.deal.time.as_secs_f64() * 1e3,
             key_bytes: o.deal.key_bits.div_ceil(8),
+            key_bytes_each: o.deal.party_key_bits.map(|b| b.div_ceil(8)),
             comm_bytes: o.runs[0].stats.comm_bytes().max(o.runs[1].stats.comm_bytes()),
             rounds: o.runs[0].stats.rounds,
             exact: o.exact(),

@@ -42,6 +42,7 @@ fn model_rows_name_every_field_and_the_median_run() {
         "cosine_vs_float",
         "keys",
         "keys_on_disk_bytes",
+        "key_bytes_each",
         "peak_rss_bytes",
     ];
     assert_fields(&rows, &fields);
@@ -51,10 +52,14 @@ fn model_rows_name_every_field_and_the_median_run() {
             (Some("bert-tiny"), Some(12), Some(1))
         );
         assert_eq!(r["exact"], true, "{r}");
-        // Keys on disk by default: both parties' bundles, a little more than twice one key.
+        // Keys on disk by default: both parties' bundles, a little more than their keys.
         assert_eq!(r["keys"], "disk", "{r}");
         let (disk, key) = (r["keys_on_disk_bytes"].as_u64().unwrap(), r["key_bytes"].as_u64().unwrap());
-        assert!(disk > 2 * key && disk < 2 * key + 100_000, "{r}");
+        let each: Vec<u64> =
+            r["key_bytes_each"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+        assert_eq!(key, each[0].max(each[1]), "{r}");
+        let both = each[0] + each[1];
+        assert!(disk > both && disk < both + 100_000, "{r}");
         assert!(r["peak_rss_bytes"].as_u64().unwrap() > 0, "{r}");
         // Two timed runs; the reported time is their median (the upper one of two).
         let runs: Vec<f64> =

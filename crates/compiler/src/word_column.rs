@@ -47,15 +47,15 @@ impl WordColumn {
             0 => WordColumn::Bits(vec![0; len.div_ceil(64)]),
             1 => {
                 let mut v = Vec::with_capacity(len.div_ceil(64));
-                r.get_run(64, len / 64, &mut v)?;
+                r.get_share_run_map(64, len / 64, &mut v, |x| x)?;
                 if !len.is_multiple_of(64) {
-                    v.push(r.get((len % 64) as u32)?);
+                    v.push(r.get_share((len % 64) as u32)?);
                 }
                 WordColumn::Bits(v)
             }
             2..=32 => {
                 let mut v = Vec::new();
-                r.get_run_map(width, len, &mut v, |x| x as u32)?;
+                r.get_share_run_map(width, len, &mut v, |x| x as u32)?;
                 WordColumn::Narrow(v)
             }
             _ => WordColumn::Wide(gates::keyio::get_words(r, len, width)?),
@@ -65,9 +65,9 @@ impl WordColumn {
     /// Write the `len` words at `width` bits each (the layout [`WordColumn::read`] reads).
     pub(crate) fn write(&self, w: &mut BitWriter, len: usize, width: u32) {
         match self {
-            WordColumn::Bits(v) => (0..len).for_each(|e| w.put((v[e / 64] >> (e % 64)) & 1, width)),
-            WordColumn::Narrow(v) => v[..len].iter().for_each(|&x| w.put(x as u64, width)),
-            WordColumn::Wide(v) => v[..len].iter().for_each(|&x| w.put(x, width)),
+            WordColumn::Bits(v) => (0..len).for_each(|e| w.put_share((v[e / 64] >> (e % 64)) & 1, width)),
+            WordColumn::Narrow(v) => v[..len].iter().for_each(|&x| w.put_share(x as u64, width)),
+            WordColumn::Wide(v) => v[..len].iter().for_each(|&x| w.put_share(x, width)),
         }
     }
 

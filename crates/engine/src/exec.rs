@@ -102,6 +102,20 @@ pub trait KeySink {
     /// # Errors
     /// [`EngineError`] if the keys cannot be stored.
     fn output_mask(&mut self, share: Vec<u64>) -> Result<(), EngineError>;
+    /// Whether this sink stores encoded keys ([`KeySink::gate_bytes`]) rather than key
+    /// objects ([`KeySink::gate_key`]).
+    fn wants_bytes(&self) -> bool {
+        false
+    }
+    /// The encoded key of gate node `node` ([`DynGate::encode_pair`]), for a sink that
+    /// [`KeySink::wants_bytes`].
+    ///
+    /// # Errors
+    /// [`EngineError`] if the key cannot be stored.
+    fn gate_bytes(&mut self, node: usize, bytes: Vec<u8>) -> Result<(), EngineError> {
+        let _ = (node, bytes);
+        Err(EngineError::Online(GateError::Keys("this key sink stores key objects, not bytes".into())))
+    }
 }
 
 impl KeySink for PartyKeys {
@@ -132,9 +146,12 @@ impl KeySink for PartyKeys {
 /// What key generation produced.
 #[derive(Clone, Debug, Default)]
 pub struct DealReport {
-    /// Key bits of one party (gates plus the input and output mask shares).
+    /// Key bits of the party with the larger key (gates as stored, plus the input and
+    /// output mask shares).
     pub key_bits: u64,
-    /// Key bits of one party by layer type.
+    /// Key bits of each party.
+    pub party_key_bits: [u64; 2],
+    /// Key bits by layer type (the mean of the two parties').
     pub by_label: Vec<(&'static str, u64)>,
     /// Dealer time.
     pub time: Duration,
@@ -273,12 +290,39 @@ pub fn deal_step(
         masks.push(out);
         if pending.len() == batch || i + 1 == g.nodes.len() {
             let dealt = deal_batch(g, gates, &masks, &pending)?;
-            for ((node, _), pair) in pending.drain(..).zip(dealt) {
+            // One party's share words from a pad, for the party whose key is the larger so
+            // far (so that both shrink alike).
+            let mut seeded = Vec::with_capacity(dealt.len());
+            for (&(node, _), pair) in pending.iter().zip(&dealt) {
                 let gate = gates[node].as_deref().expect("a gate node");
-                charge(&mut report.by_label, g.nodes[node].label, pair.bits);
-                report.key_bits += pair.bits;
-                s0.gate_key(node, gate, pair.k0)?;
-                s1.gate_key(node, gate, pair.k1)?;
+                let party = gate.seeds_shares().then(|| {
+                    let mut seed = [0u8; 16];
+                    rng.fill_bytes(&mut seed);
+                    let p = if report.party_key_bits[0] >= report.party_key_bits[1] {
+                        Party::P0
+                    } else {
+                        Party::P1
+                    };
+                    (p, seed)
+                });
+                let [b0, b1] = pair.stored_bytes(party.map(|p| p.0));
+                report.party_key_bits[0] += 8 * b0;
+                report.party_key_bits[1] += 8 * b1;
+                charge(&mut report.by_label, g.nodes[node].label, 4 * (b0 + b1));
+                seeded.push(party);
+            }
+            if s0.wants_bytes() {
+                let encoded = encode_batch(gates, &pending, dealt, &seeded);
+                for ((node, _), [b0, b1]) in pending.drain(..).zip(encoded) {
+                    s0.gate_bytes(node, b0)?;
+                    s1.gate_bytes(node, b1)?;
+                }
+            } else {
+                for ((node, _), pair) in pending.drain(..).zip(dealt) {
+                    let gate = gates[node].as_deref().expect("a gate node");
+                    s0.gate_key(node, gate, pair.k0)?;
+                    s1.gate_key(node, gate, pair.k1)?;
+                }
             }
             // Free the masks no later node reads (all keys that read them are dealt).
             for (j, node) in g.nodes.iter().enumerate().take(i + 1).skip(done) {
@@ -295,7 +339,9 @@ pub fn deal_step(
     let (o0, o1) = share(rng, &masks[g.output], n);
     s0.output_mask(o0)?;
     s1.output_mask(o1)?;
-    report.key_bits += (g.input.len() + g.shape(g.output).len()) as u64 * n as u64;
+    let masks_bits = (g.input.len() + g.shape(g.output).len()) as u64 * n as u64;
+    report.party_key_bits.iter_mut().for_each(|b| *b += masks_bits);
+    report.key_bits = report.party_key_bits[0].max(report.party_key_bits[1]);
     report.time = t.elapsed();
     let carry = g.carry.iter().map(|&v| masks[v].clone()).collect();
     Ok((report, carry))
@@ -321,6 +367,24 @@ fn deal_batch(
         return pending.iter().map(one).collect();
     }
     pending.par_iter().map(one).collect()
+}
+
+/// The keys of `dealt` encoded for a bundle ([`DynGate::encode_pair`]), in parallel.
+fn encode_batch(
+    gates: &[Option<Box<dyn DynGate>>],
+    pending: &[(usize, [u8; 32])],
+    dealt: Vec<crate::layers::KeyPair>,
+    seeded: &[Option<(Party, fss::pad::PadSeed)>],
+) -> Vec<[Vec<u8>; 2]> {
+    use rayon::prelude::*;
+    let one = |(i, pair): (usize, crate::layers::KeyPair)| {
+        let gate = gates[pending[i].0].as_deref().expect("a gate node");
+        gate.encode_pair(pair.k0.as_ref(), pair.k1.as_ref(), seeded[i])
+    };
+    if dealt.len() <= 1 {
+        return dealt.into_iter().enumerate().map(one).collect();
+    }
+    dealt.into_par_iter().enumerate().map(one).collect()
 }
 
 /// For every value, the last node that reads it.

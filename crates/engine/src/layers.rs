@@ -8,11 +8,12 @@ use std::sync::Arc;
 use compiler::composite;
 use compiler::library::GeluForm;
 use compiler::{CompiledGate, SpecError};
+use fss::pad::PadSeed;
 use fss::ring::mask;
 use fss::rng::DealerRng;
 use fss::{DecodeError, Party};
 use gates::arith::{BatchedMatMul, Mul};
-use gates::keyio::GateKey;
+use gates::keyio::{SEEDED_HEADER_BYTES, decode_keyed, encode_pair, key_share_bits};
 use gates::linalg::matmul_mod_weights;
 use gates::nonlinear::{Activation, ArsSlackDcf, ReluResidual};
 use gates::norm::Norm;
@@ -113,9 +114,10 @@ pub trait DynGate: Send + Sync {
     /// # Errors
     /// As [`Gate::keygen`].
     fn keygen(&self, masks: &[&[u64]], out: &[u64], rng: &mut DealerRng) -> Result<KeyPair, GateError>;
-    /// Encode a key.
-    fn encode(&self, key: &dyn Any) -> Vec<u8>;
-    /// Decode a key for `party`.
+    /// Both parties' keys encoded for a bundle ([`gates::keyio::encode_pair`]): with
+    /// `seeded = Some((p, seed))`, party `p`'s share words come from the pad of `seed`.
+    fn encode_pair(&self, k0: &dyn Any, k1: &dyn Any, seeded: Option<(Party, PadSeed)>) -> [Vec<u8>; 2];
+    /// Decode a key that [`DynGate::encode_pair`] wrote for `party`.
     ///
     /// # Errors
     /// [`DecodeError`] for malformed bytes.
@@ -124,6 +126,11 @@ pub trait DynGate: Send + Sync {
     fn eval<'a>(&'a self, ctx: &'a Ctx, key: &'a dyn Any, inputs: Vec<&'a [u64]>) -> EvalFuture<'a>;
     /// The plaintext result.
     fn reference(&self, inputs: &[&[u64]]) -> Vec<u64>;
+    /// Whether the dealer takes one party's share words from a pad ([`fss::pad`]): the
+    /// FuseFSS implementation's gates; SIGMA's keep its key format.
+    fn seeds_shares(&self) -> bool {
+        false
+    }
 }
 
 /// Both parties' keys of one gate node, type-erased, and one key's size in bits.
@@ -132,8 +139,23 @@ pub struct KeyPair {
     pub k0: Box<dyn Any + Send>,
     /// Party 1's key.
     pub k1: Box<dyn Any + Send>,
-    /// Bits of one key.
+    /// Bits of one key, all of its material.
     pub bits: u64,
+    /// Bits of its share words, which a seeded encoding leaves out of one party's key.
+    pub share_bits: u64,
+}
+
+impl KeyPair {
+    /// Bytes of each party's key in a bundle, with party `seeded`'s share words from a pad.
+    pub fn stored_bytes(&self, seeded: Option<Party>) -> [u64; 2] {
+        let full = 1 + self.bits.div_ceil(8);
+        let short = SEEDED_HEADER_BYTES + (self.bits - self.share_bits).div_ceil(8);
+        match seeded {
+            None => [full, full],
+            Some(Party::P0) => [short, full],
+            Some(Party::P1) => [full, short],
+        }
+    }
 }
 
 struct Erased<G: Gate>(G);
@@ -144,16 +166,19 @@ where
 {
     fn keygen(&self, masks: &[&[u64]], out: &[u64], rng: &mut DealerRng) -> Result<KeyPair, GateError> {
         let (k0, k1) = self.0.keygen(masks, out, rng)?;
-        let bits = k0.bits();
-        Ok(KeyPair { k0: Box::new(k0), k1: Box::new(k1), bits })
+        let (bits, share_bits) = key_share_bits(&k0);
+        Ok(KeyPair { k0: Box::new(k0), k1: Box::new(k1), bits, share_bits })
     }
 
-    fn encode(&self, key: &dyn Any) -> Vec<u8> {
-        key.downcast_ref::<G::Key>().expect("a key of this gate").to_bytes()
+    fn encode_pair(&self, k0: &dyn Any, k1: &dyn Any, seeded: Option<(Party, PadSeed)>) -> [Vec<u8>; 2] {
+        fn key<K: 'static>(k: &dyn Any) -> &K {
+            k.downcast_ref::<K>().expect("a key of this gate")
+        }
+        encode_pair(key::<G::Key>(k0), key::<G::Key>(k1), seeded)
     }
 
     fn decode(&self, party: Party, bytes: &[u8]) -> Result<Box<dyn Any + Send>, DecodeError> {
-        Ok(Box::new(G::Key::from_bytes(&self.0.key_shape(), party, bytes)?))
+        Ok(Box::new(decode_keyed::<G::Key>(&self.0.key_shape(), party, bytes)?))
     }
 
     fn eval<'a>(&'a self, ctx: &'a Ctx, key: &'a dyn Any, inputs: Vec<&'a [u64]>) -> EvalFuture<'a> {
@@ -165,6 +190,35 @@ where
 
     fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
         self.0.reference(inputs)
+    }
+}
+
+/// A gate whose keys the dealer stores seeded ([`DynGate::seeds_shares`]).
+struct SeedsShares(Box<dyn DynGate>);
+
+impl DynGate for SeedsShares {
+    fn keygen(&self, masks: &[&[u64]], out: &[u64], rng: &mut DealerRng) -> Result<KeyPair, GateError> {
+        self.0.keygen(masks, out, rng)
+    }
+
+    fn encode_pair(&self, k0: &dyn Any, k1: &dyn Any, seeded: Option<(Party, PadSeed)>) -> [Vec<u8>; 2] {
+        self.0.encode_pair(k0, k1, seeded)
+    }
+
+    fn decode(&self, party: Party, bytes: &[u8]) -> Result<Box<dyn Any + Send>, DecodeError> {
+        self.0.decode(party, bytes)
+    }
+
+    fn eval<'a>(&'a self, ctx: &'a Ctx, key: &'a dyn Any, inputs: Vec<&'a [u64]>) -> EvalFuture<'a> {
+        self.0.eval(ctx, key, inputs)
+    }
+
+    fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
+        self.0.reference(inputs)
+    }
+
+    fn seeds_shares(&self) -> bool {
+        true
     }
 }
 
@@ -249,6 +303,11 @@ pub fn build(g: &Graph, imp: Impl) -> Result<Vec<Option<Box<dyn DynGate>>>, Spec
                 }
             }),
             _ => None,
+        };
+        // FuseFSS stores one party's share words of each key as a seed (`fss::pad`).
+        let gate = match imp {
+            Impl::Fusefss => gate.map(|g| Box::new(SeedsShares(g)) as Box<dyn DynGate>),
+            Impl::Sigma => gate,
         };
         out.push(gate);
     }

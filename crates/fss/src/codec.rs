@@ -27,15 +27,41 @@
 //! has forbidden values; it never panics.
 
 use crate::error::DecodeError;
+use crate::pad::PadStream;
 use crate::ring::mask;
 use crate::share::Party;
 
 /// Appends fields of 1..=64 bits (and 128-bit blocks) to a byte vector, LSB first.
+///
+/// Share words ([`BitWriter::put_share`]: additive shares of dealer values) are written
+/// inline by default; the dealer's seeded encoding ([`crate::pad`]) leaves them out of one
+/// party's key ([`BitWriter::recording`]) and writes the other's as `value − pad`
+/// ([`BitWriter::adjusting`]).
 #[derive(Default)]
 pub struct BitWriter {
     buf: Vec<u8>,
     acc: u128,
     pending: u32,
+    shares: ShareSink,
+}
+
+/// The seeded party's share words (as recorded) and its pad, read along.
+struct Adjust {
+    recorded: Vec<u8>,
+    pos: u64,
+    pad: PadStream,
+}
+
+/// Where a writer's share words go.
+#[derive(Default)]
+enum ShareSink {
+    /// Into the stream (bits so far).
+    #[default]
+    Inline,
+    /// Out of the stream, into a second writer.
+    Record(Box<BitWriter>),
+    /// Into the stream as `v + recorded − pad` (the seeded party's words, and its pad).
+    Adjust(Box<Adjust>),
 }
 
 impl BitWriter {
@@ -46,7 +72,64 @@ impl BitWriter {
 
     /// Continue writing after `prefix` (which must end on a byte boundary).
     pub fn with_prefix(prefix: Vec<u8>) -> BitWriter {
-        BitWriter { buf: prefix, acc: 0, pending: 0 }
+        BitWriter { buf: prefix, ..BitWriter::default() }
+    }
+
+    /// A writer for the seeded party's key: its share words are left out of the stream and
+    /// kept apart ([`BitWriter::finish_recording`]).
+    pub fn recording() -> BitWriter {
+        BitWriter { shares: ShareSink::Record(Box::default()), ..BitWriter::default() }
+    }
+
+    /// A writer for the other party's key: its `j`-th share word `v` of width `w` is written
+    /// as `v + s_j − p_j mod 2^w`, with `s_j` the seeded party's word (from `recorded`, what
+    /// [`BitWriter::finish_recording`] kept) and `p_j` the next `w` bits of `pad`. The two
+    /// keys' words then still add up to the same values, and the seeded party's are the pad.
+    pub fn adjusting(recorded: Vec<u8>, pad: PadStream) -> BitWriter {
+        BitWriter {
+            shares: ShareSink::Adjust(Box::new(Adjust { recorded, pos: 0, pad })),
+            ..BitWriter::default()
+        }
+    }
+
+    /// Append a share word of `bits ≤ 64` bits: an additive share modulo `2^bits` (one bit:
+    /// an XOR share) of a value the dealer split between the parties.
+    #[inline]
+    pub fn put_share(&mut self, v: u64, bits: u32) {
+        let v = match &mut self.shares {
+            ShareSink::Inline => v,
+            ShareSink::Record(w) => return w.put(v, bits),
+            ShareSink::Adjust(a) => {
+                // (A dealer-side invariant, not input: both keys of a gate come from one
+                // shape, so they have the same share words.)
+                let s = BitReader::new(&a.recorded)
+                    .skip_to(a.pos)
+                    .get(bits)
+                    .expect("the seeded key has as many share words as the other");
+                a.pos += bits as u64;
+                v.wrapping_add(s).wrapping_sub(a.pad.take(bits))
+            }
+        };
+        self.put(v, bits);
+    }
+
+    /// Bits of share words left out of the stream so far (a [`BitWriter::recording`]
+    /// writer; 0 for others).
+    pub fn recorded_bits(&self) -> u64 {
+        match &self.shares {
+            ShareSink::Record(w) => w.bit_len(),
+            _ => 0,
+        }
+    }
+
+    /// The stream, and the share words left out of it (a [`BitWriter::recording`] writer;
+    /// empty for others).
+    pub fn finish_recording(mut self) -> (Vec<u8>, Vec<u8>) {
+        let rec = match std::mem::take(&mut self.shares) {
+            ShareSink::Record(w) => w.finish(),
+            _ => vec![],
+        };
+        (self.finish(), rec)
     }
 
     /// Append the low `bits` bits of `v` (`bits ≤ 64`; higher bits of `v` are ignored).
@@ -95,12 +178,60 @@ impl BitWriter {
 pub struct BitReader<'a> {
     data: &'a [u8],
     pos: u64,
+    /// The seeded party's share words ([`BitReader::with_pad`]).
+    pad: Option<PadStream>,
 }
 
 impl<'a> BitReader<'a> {
     /// A reader over `data`, starting at bit 0.
     pub fn new(data: &'a [u8]) -> BitReader<'a> {
-        BitReader { data, pos: 0 }
+        BitReader { data, pos: 0, pad: None }
+    }
+
+    /// A reader of a seeded party's key ([`BitWriter::recording`]): its share words come
+    /// from `pad`, the rest from `data`.
+    pub fn with_pad(data: &'a [u8], pad: PadStream) -> BitReader<'a> {
+        BitReader { data, pos: 0, pad: Some(pad) }
+    }
+
+    /// The same reader at bit `pos`.
+    fn skip_to(mut self, pos: u64) -> BitReader<'a> {
+        self.pos = pos;
+        self
+    }
+
+    /// Read a share word of `bits ≤ 64` bits ([`BitWriter::put_share`]).
+    ///
+    /// # Errors
+    /// As [`BitReader::get`].
+    #[inline]
+    pub fn get_share(&mut self, bits: u32) -> Result<u64, DecodeError> {
+        match &mut self.pad {
+            Some(p) => Ok(p.take(bits)),
+            None => self.get(bits),
+        }
+    }
+
+    /// Read `count` share words of `bits ≤ 64` bits each, mapped by `map`, appended to
+    /// `out` (as [`BitReader::get_run_map`] for share words).
+    ///
+    /// # Errors
+    /// As [`BitReader::get_run`].
+    pub fn get_share_run_map<T>(
+        &mut self,
+        bits: u32,
+        count: usize,
+        out: &mut Vec<T>,
+        map: impl Fn(u64) -> T,
+    ) -> Result<(), DecodeError> {
+        match &mut self.pad {
+            Some(p) => {
+                out.reserve(count);
+                out.extend((0..count).map(|_| map(p.take(bits))));
+                Ok(())
+            }
+            None => self.get_run_map(bits, count, out, map),
+        }
     }
 
     /// Bits not yet read.
@@ -371,6 +502,46 @@ pub(crate) fn expect_material_len(material: &[u8], bits: u64) -> Result<(), Deco
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A key of share words of every width between plain fields, split into a seeded and an
+    /// adjusted key: the plain fields read back unchanged, the share words still add up to
+    /// the values, and the seeded key holds no share bits.
+    #[test]
+    fn seeded_share_words_still_add_up() {
+        use crate::pad::PadStream;
+        use crate::rng::{DealerRng, Rng, SeedableRng};
+        let mut rng = DealerRng::seed_from_u64(5);
+        let widths: Vec<u32> = (0..=64).chain([1, 1, 1, 37, 50, 64]).collect();
+        let values: Vec<u64> = widths.iter().map(|&b| rng.next_u64() & mask(b)).collect();
+        let ours: Vec<u64> = widths.iter().map(|&b| rng.next_u64() & mask(b)).collect();
+        let theirs: Vec<u64> =
+            values.iter().zip(&ours).zip(&widths).map(|((v, a), &b)| v.wrapping_sub(*a) & mask(b)).collect();
+        let plain = |i: usize| (i as u64 * 0x9e37_79b9) & mask(13);
+        let write = |w: &mut BitWriter, shares: &[u64]| {
+            for (i, (&v, &b)) in shares.iter().zip(&widths).enumerate() {
+                w.put(plain(i), 13);
+                w.put_share(v, b);
+            }
+        };
+        let seed = [9u8; 16];
+        let mut w = BitWriter::recording();
+        write(&mut w, &ours);
+        assert_eq!(w.recorded_bits(), widths.iter().map(|&b| b as u64).sum::<u64>());
+        assert_eq!(w.bit_len(), 13 * widths.len() as u64);
+        let (seeded, recorded) = w.finish_recording();
+        let mut w = BitWriter::adjusting(recorded, PadStream::new(&seed));
+        write(&mut w, &theirs);
+        let other = w.finish();
+        let (mut a, mut b) = (BitReader::with_pad(&seeded, PadStream::new(&seed)), BitReader::new(&other));
+        for (i, (&v, &bits)) in values.iter().zip(&widths).enumerate() {
+            assert_eq!(a.get(13).unwrap(), plain(i));
+            assert_eq!(b.get(13).unwrap(), plain(i));
+            let (x, y) = (a.get_share(bits).unwrap(), b.get_share(bits).unwrap());
+            assert_eq!(x.wrapping_add(y) & mask(bits), v, "word {i} of {bits} bits");
+        }
+        a.finish().unwrap();
+        b.finish().unwrap();
+    }
 
     #[test]
     fn bit_stream_round_trip() {

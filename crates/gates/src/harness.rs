@@ -1,8 +1,9 @@
 //! The two-party in-memory harness: dealer, P0 and P1 run one gate over vectors of
 //! elements; each round's openings are exchanged in memory and counted.
 //!
-//! The keys go through their encoding (`to_bytes` then `from_bytes`) before use, so a run
-//! also checks that a key is complete and that its size is what is reported.
+//! The keys go through their bundle encoding ([`encode_pair`], one party's share words
+//! from a pad) before use, so a run also checks that a key is complete, that its size is
+//! what is reported, and that the words it marks as shares are shares.
 
 use std::time::{Duration, Instant};
 
@@ -13,7 +14,7 @@ use fss::rng::CryptoRng;
 use crate::dealer::random_words;
 use crate::error::{GateError, check_len};
 use crate::gate::Gate;
-use crate::keyio::GateKey;
+use crate::keyio::{GateKey, decode_keyed, encode_pair};
 use crate::online::{Ctx, Progress, Session, Stats};
 
 /// What one run measured.
@@ -92,8 +93,14 @@ pub fn run_with_masks<G: Gate, R: CryptoRng + ?Sized>(
     let (k0, k1) = gate.keygen(masks_in, mask_out, rng)?;
     let keygen = t.elapsed();
     let shape = gate.key_shape();
-    let k0 = G::Key::from_bytes(&shape, Party::P0, &k0.to_bytes())?;
-    let k1 = G::Key::from_bytes(&shape, Party::P1, &k1.to_bytes())?;
+    // Through the bundle encoding, one party's share words from a pad (a party drawn at
+    // random), so that every gate's test also checks which of its words are shares.
+    let mut seed = [0u8; 16];
+    rng.fill_bytes(&mut seed);
+    let seeded = if seed[0] & 1 == 0 { Party::P0 } else { Party::P1 };
+    let [b0, b1] = encode_pair(&k0, &k1, Some((seeded, seed)));
+    let k0 = decode_keyed::<G::Key>(&shape, Party::P0, &b0)?;
+    let k1 = decode_keyed::<G::Key>(&shape, Party::P1, &b1)?;
     let key_bits = [k0.bits(), k1.bits()];
 
     let (c0, c1) = (Ctx::new(Party::P0), Ctx::new(Party::P1));

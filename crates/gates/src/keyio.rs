@@ -17,6 +17,7 @@
 //! ```
 
 use fss::codec::{BitReader, BitWriter};
+use fss::pad::{PadSeed, PadStream};
 use fss::{DecodeError, Party};
 
 /// The key of one gate instance.
@@ -102,6 +103,71 @@ pub trait GateKey: Sized {
     }
 }
 
+/// Sizes of a key in bits: all of it, and its share words ([`put_words`], [`put_bits`]),
+/// which a seeded encoding leaves out of one party's key.
+pub fn key_share_bits<K: GateKey>(key: &K) -> (u64, u64) {
+    let mut w = BitWriter::recording();
+    key.write(&mut w);
+    let shares = w.recorded_bits();
+    (w.bit_len() + shares, shares)
+}
+
+/// Header bytes of a gate key in a bundle: one byte, `0` for a key with all its share
+/// words, `1` for a seeded one, which the 16-byte seed of its pad follows.
+pub const SEEDED_HEADER_BYTES: u64 = 17;
+
+/// Both parties' keys of one gate, encoded for a bundle, each behind a one-byte header.
+/// With `seeded = Some((p, seed))`, party `p`'s share words are the pad of `seed`
+/// ([`fss::pad`]) and only the seed is stored in their place; the other party's are
+/// adjusted so that each pair still adds up to the dealer's value. Without, both keys are
+/// [`GateKey::to_bytes`].
+pub fn encode_pair<K: GateKey>(k0: &K, k1: &K, seeded: Option<(Party, PadSeed)>) -> [Vec<u8>; 2] {
+    let behind = |head: &[u8], body: Vec<u8>| {
+        let mut out = Vec::with_capacity(head.len() + body.len());
+        out.extend_from_slice(head);
+        out.extend(body);
+        out
+    };
+    let Some((p, seed)) = seeded else {
+        return [behind(&[0], k0.to_bytes()), behind(&[0], k1.to_bytes())];
+    };
+    let (ks, ko) = if p == Party::P0 { (k0, k1) } else { (k1, k0) };
+    let mut w = BitWriter::recording();
+    ks.write(&mut w);
+    let (stream, recorded) = w.finish_recording();
+    let mut head = vec![1u8];
+    head.extend_from_slice(&seed);
+    let seeded_bytes = behind(&head, stream);
+    let mut w = BitWriter::adjusting(recorded, PadStream::new(&seed));
+    ko.write(&mut w);
+    let other = behind(&[0], w.finish());
+    if p == Party::P0 { [seeded_bytes, other] } else { [other, seeded_bytes] }
+}
+
+/// Read a key that [`encode_pair`] wrote for `party`.
+///
+/// # Errors
+/// [`DecodeError`] for a short or malformed input, as [`GateKey::from_bytes`].
+pub fn decode_keyed<K: GateKey>(shape: &K::Shape, party: Party, bytes: &[u8]) -> Result<K, DecodeError> {
+    match bytes.first() {
+        Some(0) => K::from_bytes(shape, party, &bytes[1..]),
+        Some(1) => {
+            let head = SEEDED_HEADER_BYTES as usize;
+            let seed: PadSeed = bytes
+                .get(1..head)
+                .ok_or(DecodeError::Truncated { needed: head, available: bytes.len() })?
+                .try_into()
+                .expect("16 bytes");
+            let mut r = BitReader::with_pad(&bytes[head..], PadStream::new(&seed));
+            let k = K::read(shape, party, &mut r)?;
+            r.finish()?;
+            Ok(k)
+        }
+        Some(_) => Err(DecodeError::InvalidField("gate key header")),
+        None => Err(DecodeError::Truncated { needed: 1, available: 0 }),
+    }
+}
+
 const MAGIC: [u8; 4] = *b"FSSG";
 const VERSION: u8 = 1;
 
@@ -117,38 +183,32 @@ fn crc32(data: &[u8]) -> u32 {
     h.finalize()
 }
 
-/// Append words of `bits` bits.
+/// Append share words of `bits` bits: additive shares modulo `2^bits` of dealer values
+/// ([`BitWriter::put_share`]; the seeded encoding takes one party's from a pad).
 pub fn put_words(w: &mut BitWriter, v: &[u64], bits: u32) {
     for &x in v {
-        w.put(x, bits);
+        w.put_share(x, bits);
     }
 }
 
-/// Read `count` words of `bits` bits.
+/// Read `count` share words of `bits` bits ([`put_words`]).
 ///
 /// # Errors
 /// [`DecodeError::Truncated`] if the stream is short.
 pub fn get_words(r: &mut BitReader<'_>, count: usize, bits: u32) -> Result<Vec<u64>, DecodeError> {
-    let need = count as u64 * bits as u64;
-    if r.remaining_bits() < need {
-        return Err(DecodeError::Truncated {
-            needed: need.div_ceil(8) as usize,
-            available: (r.remaining_bits() / 8) as usize,
-        });
-    }
     let mut v = Vec::new();
-    r.get_run(bits, count, &mut v)?;
+    r.get_share_run_map(bits, count, &mut v, |x| x)?;
     Ok(v)
 }
 
-/// Append bits.
+/// Append share bits (XOR shares).
 pub fn put_bits(w: &mut BitWriter, v: &[bool]) {
     for &b in v {
-        w.put_bit(b);
+        w.put_share(b as u64, 1);
     }
 }
 
-/// Read `count` bits.
+/// Read `count` share bits ([`put_bits`]).
 ///
 /// # Errors
 /// [`DecodeError::Truncated`] if the stream is short.

@@ -2,7 +2,7 @@
 //! as they are made and read by a server as the program runs, so that a bundle may be larger
 //! than memory. [`crate::store::Store`] makes every bundle single-use across crashes.
 //!
-//! A bundle file (`bundle-RUN-INDEX.fkb`, format version 1, little-endian):
+//! A bundle file (`bundle-RUN-INDEX.fkb`, format version 2, little-endian):
 //!
 //! | field | bytes |
 //! |---|---|
@@ -18,7 +18,9 @@
 //! | end marker `FUSEFSSE` | 8 |
 //!
 //! Sections come in program order: the input mask share, one key per gate node, the output
-//! mask share. CRCs detect corruption, not tampering: the dealer-to-server path is trusted
+//! mask share. A gate key's section starts with a header byte: `0` for a key with all its
+//! share words, `1` for a key whose share words are the pad of the 16-byte seed that
+//! follows (FuseFSS alternates this between the parties, `gates::keyio::encode_pair`). CRCs detect corruption, not tampering: the dealer-to-server path is trusted
 //! (SECURITY.md).
 
 use std::any::Any;
@@ -40,7 +42,7 @@ use crate::private;
 const MAGIC: &[u8; 8] = b"FUSEFSSK";
 const END: &[u8; 8] = b"FUSEFSSE";
 /// The bundle format version this build reads and writes.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Revision of the gates' protocols and key layouts, part of every fingerprint: bump it when
 /// a gate's key changes, so that bundles dealt by an older build are refused as foreign
 /// instead of being misread. 2: one-round shift in FuseFSS LayerNorm and small truncations,
@@ -51,8 +53,9 @@ pub const VERSION: u16 = 1;
 /// public monomial of a form. 7: FuseFSS GeLU read with slack (one window, no sign walk).
 /// 8: FuseFSS GeLU's rows stop where its residual is below their error (178 rows);
 /// LayerNorm's `1/σ` grid in runs of `2^12` positions (three runs at n = 37). 9: FuseFSS
-/// softmax's `e^{−x}` in rows of 64 ulps.
-pub const PROTOCOL_REVISION: u64 = 9;
+/// softmax's `e^{−x}` in rows of 64 ulps. 10: FuseFSS keys seeded (one party's share words
+/// from a pad, alternating).
+pub const PROTOCOL_REVISION: u64 = 10;
 const KIND_INPUT: u8 = 1;
 const KIND_GATE: u8 = 2;
 const KIND_OUTPUT: u8 = 3;
@@ -467,13 +470,15 @@ impl KeySink for BundleWriter {
         self.section(KIND_INPUT, 0, &body).map_err(to_engine)
     }
 
-    fn gate_key(
-        &mut self,
-        node: usize,
-        gate: &dyn DynGate,
-        key: Box<dyn Any + Send>,
-    ) -> Result<(), EngineError> {
-        let body = gate.encode(key.as_ref());
+    fn gate_key(&mut self, _: usize, _: &dyn DynGate, _: Box<dyn Any + Send>) -> Result<(), EngineError> {
+        Err(EngineError::Online(GateError::Keys("a bundle stores encoded keys (gate_bytes)".into())))
+    }
+
+    fn wants_bytes(&self) -> bool {
+        true
+    }
+
+    fn gate_bytes(&mut self, node: usize, body: Vec<u8>) -> Result<(), EngineError> {
         self.section(KIND_GATE, node as u32, &body).map_err(to_engine)
     }
 
