@@ -446,20 +446,26 @@ def render_ops(run: Run, results: Path) -> str:
 
 def render_model(run: Run, _results: Path) -> str:
     rows = run.rows
-    header = ["model", "seq", "layers", "impl", "transport", "net", "online", "keygen", "key", "comm",
-              "rounds", "exact", "max err vs f64", "cosine vs f64"]
+    header = ["model", "seq", "layers", "impl", "transport", "net", "online", "AES floor", "keygen", "key",
+              "comm", "rounds", "exact", "max err vs f64", "cosine vs f64"]
     body = []
     for r in rows:
         runs = r.get("online_ms_runs") or [r["online_ms"]]
         online = ms(r["online_ms"])
         if len(runs) > 1:
             online += f" ({span(min(runs), max(runs))}, {len(runs)} runs)"
+        floor = "–"
+        if r.get("aes_blocks") is not None and r.get("aes_ns_per_block"):
+            floor = ms(r["aes_blocks"] * r["aes_ns_per_block"] / 1e6)
         body.append([r["model"], f"{r['seq']}", f"{r['layers']}", r["impl"], r["transport"], r["net"],
-                     online, ms(r["keygen_ms"]), size(r["key_bytes"]), size(r["comm_bytes"]),
+                     online, floor, ms(r["keygen_ms"]), size(r["key_bytes"]), size(r["comm_bytes"]),
                      f"{r['rounds']}", yes(r["exact"]), err(r["max_abs_err_vs_float"]),
                      f"{r['cosine_vs_float']:.6f}"])
-    out = [f"{source(run)}: both servers in one process; one party's key and communication (sent + "
-           f"received); online is the median of the timed runs; sizes in decimal units.",
+    out = [f"{source(run)}: both servers in one process; the larger party's key (FuseFSS keys as stored, "
+           f"one party's share words seeded per gate) and one party's communication (sent + "
+           f"received); online is the median of the timed runs; AES floor is the AES blocks one "
+           f"server encrypts online times the AES time per block measured in the same run (where "
+           f"recorded); sizes in decimal units.",
            table(header, body)]
 
     groups: dict[tuple, dict[str, list[dict]]] = {}
@@ -472,12 +478,13 @@ def render_model(run: Run, _results: Path) -> str:
             pairs.append((key, k, fr, sr))
     if pairs:
         ratio_rows = [[m, f"{s}", f"{l}", t, n, f"{k}", ratio(fr["online_ms"], sr["online_ms"]),
-                       ratio(fr["key_bytes"], sr["key_bytes"]), ratio(fr["comm_bytes"], sr["comm_bytes"]),
-                       ratio(fr["rounds"], sr["rounds"])] for (m, s, l, t, n), k, fr, sr in pairs]
+                       ratio(fr["keygen_ms"], sr["keygen_ms"]), ratio(fr["key_bytes"], sr["key_bytes"]),
+                       ratio(fr["comm_bytes"], sr["comm_bytes"]), ratio(fr["rounds"], sr["rounds"])]
+                      for (m, s, l, t, n), k, fr, sr in pairs]
         out.append("FuseFSS / SIGMA (a set is the k-th FuseFSS row with the k-th SIGMA row of a "
                    "configuration):")
-        out.append(table(["model", "seq", "layers", "transport", "net", "set", "online", "key", "comm",
-                          "rounds"], ratio_rows))
+        out.append(table(["model", "seq", "layers", "transport", "net", "set", "online", "keygen", "key",
+                          "comm", "rounds"], ratio_rows))
         for key, by in groups.items():
             sets = list(zip(by.get("fusefss", []), by.get("sigma", [])))
             if len(sets) > 1:

@@ -67,6 +67,9 @@ pub struct Outcome {
     pub keys_on_disk_bytes: u64,
     /// Where the keys were ([`KeysAt::name`]).
     pub keys: &'static str,
+    /// AES blocks one server encrypted online (the mean of the two; `None` when the dealer
+    /// ran at the same time, [`KeysAt::Stream`]).
+    pub aes_blocks: Option<u64>,
 }
 
 /// Where the dealer puts a run's keys in one process.
@@ -265,11 +268,13 @@ pub fn run_with(
     let gates = engine::build(g, imp)?;
     let plain = engine::plain(g, &gates, x);
     let (x0, x1) = engine::share_input(x, g.n, rng);
+    let mut aes = None;
     let (deal, runs, online, keys_on_disk_bytes) = match keys {
         KeysAt::Memory => {
             let (k0, k1, deal) = engine::deal(g, &gates, rng, progress)?;
-            let t = Instant::now();
+            let (t, a) = (Instant::now(), fss::prg::aes_blocks());
             let runs = run_linked(g, &gates, [k0, k1], [x0, x1], link)?;
+            aes = Some((fss::prg::aes_blocks() - a) / 2);
             (deal, runs, t.elapsed(), 0)
         }
         KeysAt::Stream => {
@@ -289,8 +294,9 @@ pub fn run_with(
         KeysAt::Disk(dir) => {
             let mut disk = DiskKeys::deal(dir, g, &gates, rng, progress)?;
             let [r0, r1] = &mut disk.readers;
-            let t = Instant::now();
+            let (t, a) = (Instant::now(), fss::prg::aes_blocks());
             let runs = run_linked_step(g, &gates, [r0, r1], [x0, x1], [&[], &[]], link)?;
+            aes = Some((fss::prg::aes_blocks() - a) / 2);
             (disk.report.clone(), runs, t.elapsed(), disk.bytes)
         }
     };
@@ -304,6 +310,7 @@ pub fn run_with(
         online,
         keys_on_disk_bytes,
         keys: keys.name(),
+        aes_blocks: aes,
     })
 }
 
@@ -511,6 +518,11 @@ pub struct ModelRow {
     pub keys: &'static str,
     /// Both parties' bundles on disk (0 with keys in memory).
     pub keys_on_disk_bytes: u64,
+    /// AES blocks one server encrypts online (null when the dealer ran alongside).
+    pub aes_blocks: Option<u64>,
+    /// Batched AES time per block, measured in the same run: `aes_blocks ·
+    /// aes_ns_per_block` is the online time's AES floor.
+    pub aes_ns_per_block: f64,
     /// The process's peak resident memory during the run (the highest of the timed runs).
     pub peak_rss_bytes: u64,
 }
@@ -554,9 +566,33 @@ impl ModelRow {
             key_bytes_by_layer: o.deal.by_label.iter().map(|(l, b)| (*l, b.div_ceil(8))).collect(),
             keys: o.keys,
             keys_on_disk_bytes: o.keys_on_disk_bytes,
+            aes_blocks: o.aes_blocks,
+            aes_ns_per_block: aes_ns_per_block(3),
             peak_rss_bytes: peak_rss_bytes(),
         }
     }
+}
+
+/// Batched fixed-key AES, ns per block: the median of `reps` runs of 2,000 calls of 1,024
+/// blocks, after one warm-up run (the AES floor of a row is its `aes_blocks` times this).
+pub fn aes_ns_per_block(reps: usize) -> f64 {
+    use fss::prg::{AesBlock, HashKey, Prg};
+    use std::hint::black_box;
+    const BLOCKS: usize = 1024;
+    const CALLS: usize = 2000;
+    let input = vec![AesBlock::default(); BLOCKS];
+    let mut out = vec![AesBlock::default(); BLOCKS];
+    let prg = Prg::global();
+    let mut once = || {
+        let t = Instant::now();
+        for _ in 0..CALLS {
+            prg.encrypt(HashKey::Left, black_box(&input), &mut out);
+        }
+        black_box(&out);
+        t.elapsed().as_secs_f64()
+    };
+    once();
+    median((0..reps.max(1)).map(|_| once()).collect()) * 1e9 / (BLOCKS * CALLS) as f64
 }
 
 /// A simulated network between the servers.

@@ -43,6 +43,8 @@ fn model_rows_name_every_field_and_the_median_run() {
         "keys",
         "keys_on_disk_bytes",
         "key_bytes_each",
+        "aes_blocks",
+        "aes_ns_per_block",
         "peak_rss_bytes",
     ];
     assert_fields(&rows, &fields);
@@ -61,6 +63,9 @@ fn model_rows_name_every_field_and_the_median_run() {
         let both = each[0] + each[1];
         assert!(disk > both && disk < both + 100_000, "{r}");
         assert!(r["peak_rss_bytes"].as_u64().unwrap() > 0, "{r}");
+        // Online AES work, and its time per block, both measured.
+        assert!(r["aes_blocks"].as_u64().unwrap() > 10_000, "{r}");
+        assert!(r["aes_ns_per_block"].as_f64().unwrap() > 0.0, "{r}");
         // Two timed runs; the reported time is their median (the upper one of two).
         let runs: Vec<f64> =
             r["online_ms_runs"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();

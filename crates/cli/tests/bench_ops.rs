@@ -19,6 +19,7 @@ fn sigma_rows_are_exact_with_sigma_round_counts() {
         "rounds",
         "keygen_ns_per_elem",
         "eval_ns_per_elem",
+        "aes_blocks_per_elem",
         "exact",
         "max_abs_err",
     ];
@@ -26,6 +27,15 @@ fn sigma_rows_are_exact_with_sigma_round_counts() {
     for r in &rows {
         assert_eq!(r["impl"], "sigma");
         assert_eq!(r["exact"], true, "{r}");
+    }
+    // Every gate but the products evaluates FSS keys online.
+    for r in &rows {
+        let aes = r["aes_blocks_per_elem"].as_f64().unwrap();
+        if ["mul", "select"].contains(&r["op"].as_str().unwrap()) {
+            assert_eq!(aes, 0.0, "{r}");
+        } else {
+            assert!(aes >= 1.0, "{r}");
+        }
     }
     let rounds = |op: &str| {
         rows.iter().find(|r| r["op"] == op).unwrap_or_else(|| panic!("no row {op}"))["rounds"]

@@ -32,6 +32,9 @@ pub struct Report {
     pub keygen: Duration,
     /// Each party's online computation time (exchanges excluded).
     pub eval: [Duration; 2],
+    /// AES blocks one party encrypted online (the mean of the two; the process-wide
+    /// [`fss::prg::aes_blocks`] counter, so nothing else may run meanwhile).
+    pub aes_blocks: u64,
 }
 
 impl Report {
@@ -107,6 +110,7 @@ pub fn run_with_masks<G: Gate, R: CryptoRng + ?Sized>(
     let mut s0 = Session::new(&c0, gate.eval(&c0, &k0, &masked));
     let mut s1 = Session::new(&c1, gate.eval(&c1, &k1, &masked));
     let mut eval = [Duration::ZERO; 2];
+    let aes_before = fss::prg::aes_blocks();
     let (y0, y1) = loop {
         let t = Instant::now();
         let p0 = s0.advance();
@@ -125,6 +129,7 @@ pub fn run_with_masks<G: Gate, R: CryptoRng + ?Sized>(
         }
     };
     drop((s0, s1));
+    let aes_blocks = (fss::prg::aes_blocks() - aes_before) / 2;
     if y0 != y1 {
         return Err(GateError::Desync("the parties opened different outputs"));
     }
@@ -141,5 +146,6 @@ pub fn run_with_masks<G: Gate, R: CryptoRng + ?Sized>(
         stats: [c0.stats(), c1.stats()],
         keygen,
         eval,
+        aes_blocks,
     })
 }

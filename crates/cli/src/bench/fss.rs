@@ -11,7 +11,6 @@ use fss::adpf::{self, AdpfParams};
 use fss::bitdpf::{self, BitDpfParams, CmpShares};
 use fss::dcf::{self, DcfParams};
 use fss::dpf::{self, DpfParams};
-use fss::prg::{AesBlock, HashKey, Prg};
 use fss::ring::mask;
 use fss::rng::{DealerRng, Rng};
 use serde::Serialize;
@@ -74,7 +73,7 @@ pub fn run(args: FssBenchArgs) -> anyhow::Result<()> {
 
 fn measure_all(args: &FssBenchArgs) -> anyhow::Result<Vec<Row>> {
     let mut rng = fss::rng::os_rng().context("the OS random number generator is unavailable")?;
-    let aes = aes_ns_per_block(args.reps);
+    let aes = crate::model::aes_ns_per_block(args.reps);
     let mut rows = vec![];
     for (n, ell, kw) in [(50, 64, 1), (50, 64, 4), (37, 64, 1)] {
         rows.push(bench_dcf(DcfParams::new(n, ell, kw)?, args, aes, &mut rng)?);
@@ -105,22 +104,6 @@ fn time(reps: usize, mut f: impl FnMut()) -> f64 {
             })
             .collect(),
     )
-}
-
-/// Batched fixed-key AES, 1024 blocks per call.
-fn aes_ns_per_block(reps: usize) -> f64 {
-    const BLOCKS: usize = 1024;
-    const CALLS: usize = 2000;
-    let input = vec![AesBlock::default(); BLOCKS];
-    let mut out = vec![AesBlock::default(); BLOCKS];
-    let prg = Prg::global();
-    let secs = time(reps, || {
-        for _ in 0..CALLS {
-            prg.encrypt(HashKey::Left, black_box(&input), &mut out);
-        }
-        black_box(&out);
-    });
-    secs * 1e9 / (BLOCKS * CALLS) as f64
 }
 
 fn random_points(rng: &mut DealerRng, count: usize, bits: u32) -> Vec<u64> {

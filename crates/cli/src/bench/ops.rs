@@ -136,6 +136,8 @@ pub struct Row {
     rounds: u64,
     keygen_ns_per_elem: f64,
     eval_ns_per_elem: f64,
+    /// AES blocks one party encrypts online per element.
+    aes_blocks_per_elem: f64,
     exact: bool,
     max_abs_err: Option<f64>,
     threads: usize,
@@ -528,6 +530,7 @@ fn row(
         rounds: rep.stats[0].rounds,
         keygen_ns_per_elem: per(keygen.as_nanos() as f64),
         eval_ns_per_elem: per(eval.as_nanos() as f64),
+        aes_blocks_per_elem: per(rep.aes_blocks as f64),
         exact: rep.exact(),
         max_abs_err: err,
         threads: a.threads,
