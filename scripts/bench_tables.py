@@ -10,7 +10,7 @@ JSON object per line (results/README.md). In the document, a generated table sit
     <!-- /table -->
 
 and is rewritten from the newest run named `<what>` (by the date in the file name, then by
-the file name). The renderer follows the kind of the rows: `bench generate`, `soak`,
+the time of its commit in git, then by the file name). The renderer follows the kind of the rows: `bench generate`, `soak`,
 `bench fss`, `bench ops`, `bench model` or `bench paper`; a single-implementation `bench ops` table also
 shows SIGMA's own CPU build from results/data/sigma-cpu-ops.jsonl. A marker with no run yet
 keeps what it holds. The prose outside the markers is never touched.
@@ -28,6 +28,7 @@ import argparse
 import json
 import re
 import statistics
+import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -121,9 +122,22 @@ def find_runs(results: Path) -> list[Run]:
     return runs
 
 
+def commit_time(commit: str, repo: Path) -> int:
+    """The commit's time (seconds) in the repository at `repo`, 0 if git cannot tell."""
+    try:
+        out = subprocess.run(["git", "show", "-s", "--format=%ct", commit], cwd=repo, capture_output=True,
+                             text=True, check=False)
+        return int(out.stdout.strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
 def newest(runs: list[Run], what: str) -> Run | None:
+    """The newest run named `what`: by date, then by the time of its commit, then by name."""
     named = [r for r in runs if r.what == what]
-    return max(named, key=lambda r: (r.date, r.path.name)) if named else None
+    if not named:
+        return None
+    return max(named, key=lambda r: (r.date, commit_time(r.commit, r.path.parent), r.path.name))
 
 
 # ---------------------------------------------------------------------------- formatting --
@@ -461,11 +475,15 @@ def render_model(run: Run, _results: Path) -> str:
                      online, floor, ms(r["keygen_ms"]), size(r["key_bytes"]), size(r["comm_bytes"]),
                      f"{r['rounds']}", yes(r["exact"]), err(r["max_abs_err_vs_float"]),
                      f"{r['cosine_vs_float']:.6f}"])
-    out = [f"{source(run)}: both servers in one process; the larger party's key (FuseFSS keys as stored, "
-           f"one party's share words seeded per gate) and one party's communication (sent + "
-           f"received); online is the median of the timed runs; AES floor is the AES blocks one "
-           f"server encrypts online times the AES time per block measured in the same run (where "
-           f"recorded); sizes in decimal units.",
+    if any("key_bytes_each" in r for r in rows):
+        key = ("the larger party's key (FuseFSS keys as stored: one party's share words of each gate "
+               "seeded)")
+    else:
+        key = "one party's key"
+    floor_note = ("; AES floor is the AES blocks one server encrypts online times the AES time per block "
+                  "measured in the same run" if any(r.get("aes_blocks") is not None for r in rows) else "")
+    out = [f"{source(run)}: both servers in one process; {key} and one party's communication (sent + "
+           f"received); online is the median of the timed runs{floor_note}; sizes in decimal units.",
            table(header, body)]
 
     groups: dict[tuple, dict[str, list[dict]]] = {}
