@@ -43,6 +43,8 @@ pub struct BitWriter {
     acc: u128,
     pending: u32,
     shares: ShareSink,
+    /// Count the bits without keeping them ([`BitWriter::counting`]): bytes dropped so far.
+    dropped: Option<u64>,
 }
 
 /// The seeded party's share words (as recorded) and its pad, read along.
@@ -139,7 +141,10 @@ impl BitWriter {
         self.acc |= ((v & mask(bits)) as u128) << self.pending;
         self.pending += bits;
         if self.pending >= 64 {
-            self.buf.extend_from_slice(&(self.acc as u64).to_le_bytes());
+            match &mut self.dropped {
+                None => self.buf.extend_from_slice(&(self.acc as u64).to_le_bytes()),
+                Some(d) => *d += 8,
+            }
             self.acc >>= 64;
             self.pending -= 64;
         }
@@ -160,7 +165,28 @@ impl BitWriter {
 
     /// Bits written so far.
     pub fn bit_len(&self) -> u64 {
-        self.buf.len() as u64 * 8 + self.pending as u64
+        (self.buf.len() as u64 + self.dropped.unwrap_or(0)) * 8 + self.pending as u64
+    }
+
+    /// A writer that only counts: [`BitWriter::bit_len`] and [`BitWriter::recorded_bits`]
+    /// of what a [`BitWriter::recording`] writer would hold, with nothing stored.
+    pub fn counting() -> BitWriter {
+        let inner = BitWriter { dropped: Some(0), ..BitWriter::default() };
+        BitWriter { shares: ShareSink::Record(Box::new(inner)), dropped: Some(0), ..BitWriter::default() }
+    }
+
+    /// Room for `bits` more recorded share bits ([`BitWriter::recording`]) without growing.
+    pub fn reserve_recorded(&mut self, bits: u64) {
+        if let ShareSink::Record(w) = &mut self.shares {
+            w.reserve(bits);
+        }
+    }
+
+    /// Room for `bits` more bits without growing.
+    pub fn reserve(&mut self, bits: u64) {
+        if self.dropped.is_none() {
+            self.buf.reserve(bits.div_ceil(8) as usize + 8);
+        }
     }
 
     /// Pad with zero bits to a byte boundary and return the bytes.
@@ -528,6 +554,9 @@ mod tests {
         write(&mut w, &ours);
         assert_eq!(w.recorded_bits(), widths.iter().map(|&b| b as u64).sum::<u64>());
         assert_eq!(w.bit_len(), 13 * widths.len() as u64);
+        let mut c = BitWriter::counting();
+        write(&mut c, &ours);
+        assert_eq!((c.bit_len(), c.recorded_bits()), (w.bit_len(), w.recorded_bits()));
         let (seeded, recorded) = w.finish_recording();
         let mut w = BitWriter::adjusting(recorded, PadStream::new(&seed));
         write(&mut w, &theirs);

@@ -39,9 +39,9 @@ pub trait GateKey: Sized {
 
     /// Size of the key material in bits.
     fn bits(&self) -> u64 {
-        let mut w = BitWriter::new();
+        let mut w = BitWriter::counting();
         self.write(&mut w);
-        w.bit_len()
+        w.bit_len() + w.recorded_bits()
     }
 
     /// The key material as bytes (for tests and simple storage).
@@ -106,7 +106,7 @@ pub trait GateKey: Sized {
 /// Sizes of a key in bits: all of it, and its share words ([`put_words`], [`put_bits`]),
 /// which a seeded encoding leaves out of one party's key.
 pub fn key_share_bits<K: GateKey>(key: &K) -> (u64, u64) {
-    let mut w = BitWriter::recording();
+    let mut w = BitWriter::counting();
     key.write(&mut w);
     let shares = w.recorded_bits();
     (w.bit_len() + shares, shares)
@@ -122,25 +122,32 @@ pub const SEEDED_HEADER_BYTES: u64 = 17;
 /// adjusted so that each pair still adds up to the dealer's value. Without, both keys are
 /// [`GateKey::to_bytes`].
 pub fn encode_pair<K: GateKey>(k0: &K, k1: &K, seeded: Option<(Party, PadSeed)>) -> [Vec<u8>; 2] {
-    let behind = |head: &[u8], body: Vec<u8>| {
-        let mut out = Vec::with_capacity(head.len() + body.len());
-        out.extend_from_slice(head);
-        out.extend(body);
-        out
-    };
+    // Each key written once into a buffer of its final size, behind its header byte(s).
+    let (bits, shares) = key_share_bits(k0);
     let Some((p, seed)) = seeded else {
-        return [behind(&[0], k0.to_bytes()), behind(&[0], k1.to_bytes())];
+        let plain = |k: &K| {
+            let mut w = BitWriter::with_prefix(Vec::with_capacity(1 + bits.div_ceil(8) as usize + 8));
+            w.put(0, 8);
+            k.write(&mut w);
+            w.finish()
+        };
+        return [plain(k0), plain(k1)];
     };
     let (ks, ko) = if p == Party::P0 { (k0, k1) } else { (k1, k0) };
     let mut w = BitWriter::recording();
+    w.reserve(bits - shares + 8 * SEEDED_HEADER_BYTES);
+    w.reserve_recorded(shares);
+    w.put(1, 8);
+    for b in seed {
+        w.put(b as u64, 8);
+    }
     ks.write(&mut w);
-    let (stream, recorded) = w.finish_recording();
-    let mut head = vec![1u8];
-    head.extend_from_slice(&seed);
-    let seeded_bytes = behind(&head, stream);
+    let (seeded_bytes, recorded) = w.finish_recording();
     let mut w = BitWriter::adjusting(recorded, PadStream::new(&seed));
+    w.reserve(bits + 8);
+    w.put(0, 8);
     ko.write(&mut w);
-    let other = behind(&[0], w.finish());
+    let other = w.finish();
     if p == Party::P0 { [seeded_bytes, other] } else { [other, seeded_bytes] }
 }
 
