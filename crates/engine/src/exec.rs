@@ -290,26 +290,20 @@ pub fn deal_step(
         masks.push(out);
         if pending.len() == batch || i + 1 == g.nodes.len() {
             let dealt = deal_batch(g, gates, &masks, &pending)?;
-            // One party's share words from a pad, for the party whose key is the larger so
-            // far (so that both shrink alike).
+            // Half of each party's share words from a pad (FuseFSS).
             let mut seeded = Vec::with_capacity(dealt.len());
             for (&(node, _), pair) in pending.iter().zip(&dealt) {
                 let gate = gates[node].as_deref().expect("a gate node");
-                let party = gate.seeds_shares().then(|| {
-                    let mut seed = [0u8; 16];
-                    rng.fill_bytes(&mut seed);
-                    let p = if report.party_key_bits[0] >= report.party_key_bits[1] {
-                        Party::P0
-                    } else {
-                        Party::P1
-                    };
-                    (p, seed)
+                let seed = gate.seeds_shares().then(|| {
+                    let mut seeds = [[0u8; 16]; 2];
+                    seeds.iter_mut().for_each(|s| rng.fill_bytes(s));
+                    seeds
                 });
-                let [b0, b1] = pair.stored_bytes(party.map(|p| p.0));
+                let [b0, b1] = pair.stored_bytes(seed.is_some());
                 report.party_key_bits[0] += 8 * b0;
                 report.party_key_bits[1] += 8 * b1;
                 charge(&mut report.by_label, g.nodes[node].label, 4 * (b0 + b1));
-                seeded.push(party);
+                seeded.push(seed);
             }
             if s0.wants_bytes() {
                 let encoded = encode_batch(gates, &pending, dealt, &seeded);
@@ -374,7 +368,7 @@ fn encode_batch(
     gates: &[Option<Box<dyn DynGate>>],
     pending: &[(usize, [u8; 32])],
     dealt: Vec<crate::layers::KeyPair>,
-    seeded: &[Option<(Party, fss::pad::PadSeed)>],
+    seeded: &[Option<[fss::pad::PadSeed; 2]>],
 ) -> Vec<[Vec<u8>; 2]> {
     use rayon::prelude::*;
     let one = |(i, pair): (usize, crate::layers::KeyPair)| {

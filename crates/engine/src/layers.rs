@@ -115,8 +115,8 @@ pub trait DynGate: Send + Sync {
     /// As [`Gate::keygen`].
     fn keygen(&self, masks: &[&[u64]], out: &[u64], rng: &mut DealerRng) -> Result<KeyPair, GateError>;
     /// Both parties' keys encoded for a bundle ([`gates::keyio::encode_pair`]): with
-    /// `seeded = Some((p, seed))`, party `p`'s share words come from the pad of `seed`.
-    fn encode_pair(&self, k0: &dyn Any, k1: &dyn Any, seeded: Option<(Party, PadSeed)>) -> [Vec<u8>; 2];
+    /// `seeds`, half of each party's share words come from the pad of its seed.
+    fn encode_pair(&self, k0: &dyn Any, k1: &dyn Any, seeds: Option<[PadSeed; 2]>) -> [Vec<u8>; 2];
     /// Decode a key that [`DynGate::encode_pair`] wrote for `party`.
     ///
     /// # Errors
@@ -126,8 +126,8 @@ pub trait DynGate: Send + Sync {
     fn eval<'a>(&'a self, ctx: &'a Ctx, key: &'a dyn Any, inputs: Vec<&'a [u64]>) -> EvalFuture<'a>;
     /// The plaintext result.
     fn reference(&self, inputs: &[&[u64]]) -> Vec<u64>;
-    /// Whether the dealer takes one party's share words from a pad ([`fss::pad`]): the
-    /// FuseFSS implementation's gates; SIGMA's keep its key format.
+    /// Whether the dealer takes half of each party's share words from a pad ([`fss::pad`]):
+    /// the FuseFSS implementation's gates; SIGMA's keep its key format.
     fn seeds_shares(&self) -> bool {
         false
     }
@@ -141,20 +141,21 @@ pub struct KeyPair {
     pub k1: Box<dyn Any + Send>,
     /// Bits of one key, all of its material.
     pub bits: u64,
-    /// Bits of its share words, which a seeded encoding leaves out of one party's key.
+    /// Bits of its share words, half of which a seeded encoding takes from a pad.
     pub share_bits: u64,
+    /// Bits of the share words that start before the split ([`gates::keyio::share_split`]).
+    pub share_bits_below: u64,
 }
 
 impl KeyPair {
-    /// Bytes of each party's key in a bundle, with party `seeded`'s share words from a pad.
-    pub fn stored_bytes(&self, seeded: Option<Party>) -> [u64; 2] {
-        let full = 1 + self.bits.div_ceil(8);
-        let short = SEEDED_HEADER_BYTES + (self.bits - self.share_bits).div_ceil(8);
-        match seeded {
-            None => [full, full],
-            Some(Party::P0) => [short, full],
-            Some(Party::P1) => [full, short],
+    /// Bytes of each party's key in a bundle, seeded or not.
+    pub fn stored_bytes(&self, seeded: bool) -> [u64; 2] {
+        if !seeded {
+            return [1 + self.bits.div_ceil(8); 2];
         }
+        let rest = self.bits - self.share_bits;
+        let kept = [self.share_bits - self.share_bits_below, self.share_bits_below];
+        kept.map(|k| SEEDED_HEADER_BYTES + (rest + k).div_ceil(8))
     }
 }
 
@@ -166,15 +167,15 @@ where
 {
     fn keygen(&self, masks: &[&[u64]], out: &[u64], rng: &mut DealerRng) -> Result<KeyPair, GateError> {
         let (k0, k1) = self.0.keygen(masks, out, rng)?;
-        let (bits, share_bits) = key_share_bits(&k0);
-        Ok(KeyPair { k0: Box::new(k0), k1: Box::new(k1), bits, share_bits })
+        let (bits, share_bits, share_bits_below) = key_share_bits(&k0);
+        Ok(KeyPair { k0: Box::new(k0), k1: Box::new(k1), bits, share_bits, share_bits_below })
     }
 
-    fn encode_pair(&self, k0: &dyn Any, k1: &dyn Any, seeded: Option<(Party, PadSeed)>) -> [Vec<u8>; 2] {
+    fn encode_pair(&self, k0: &dyn Any, k1: &dyn Any, seeds: Option<[PadSeed; 2]>) -> [Vec<u8>; 2] {
         fn key<K: 'static>(k: &dyn Any) -> &K {
             k.downcast_ref::<K>().expect("a key of this gate")
         }
-        encode_pair(key::<G::Key>(k0), key::<G::Key>(k1), seeded)
+        encode_pair(key::<G::Key>(k0), key::<G::Key>(k1), seeds)
     }
 
     fn decode(&self, party: Party, bytes: &[u8]) -> Result<Box<dyn Any + Send>, DecodeError> {
@@ -201,8 +202,8 @@ impl DynGate for SeedsShares {
         self.0.keygen(masks, out, rng)
     }
 
-    fn encode_pair(&self, k0: &dyn Any, k1: &dyn Any, seeded: Option<(Party, PadSeed)>) -> [Vec<u8>; 2] {
-        self.0.encode_pair(k0, k1, seeded)
+    fn encode_pair(&self, k0: &dyn Any, k1: &dyn Any, seeds: Option<[PadSeed; 2]>) -> [Vec<u8>; 2] {
+        self.0.encode_pair(k0, k1, seeds)
     }
 
     fn decode(&self, party: Party, bytes: &[u8]) -> Result<Box<dyn Any + Send>, DecodeError> {
@@ -304,7 +305,7 @@ pub fn build(g: &Graph, imp: Impl) -> Result<Vec<Option<Box<dyn DynGate>>>, Spec
             }),
             _ => None,
         };
-        // FuseFSS stores one party's share words of each key as a seed (`fss::pad`).
+        // FuseFSS stores half of each party's share words of a key as a seed (`fss::pad`).
         let gate = match imp {
             Impl::Fusefss => gate.map(|g| Box::new(SeedsShares(g)) as Box<dyn DynGate>),
             Impl::Sigma => gate,

@@ -34,9 +34,9 @@ use crate::share::Party;
 /// Appends fields of 1..=64 bits (and 128-bit blocks) to a byte vector, LSB first.
 ///
 /// Share words ([`BitWriter::put_share`]: additive shares of dealer values) are written
-/// inline by default; the dealer's seeded encoding ([`crate::pad`]) leaves them out of one
-/// party's key ([`BitWriter::recording`]) and writes the other's as `value − pad`
-/// ([`BitWriter::adjusting`]).
+/// inline by default; the dealer's seeded encoding ([`crate::pad`], [`BitWriter::split`])
+/// takes the words before a split point of one party's key, and the rest of the other's,
+/// from a pad.
 #[derive(Default)]
 pub struct BitWriter {
     buf: Vec<u8>,
@@ -47,23 +47,33 @@ pub struct BitWriter {
     dropped: Option<u64>,
 }
 
-/// The seeded party's share words (as recorded) and its pad, read along.
-struct Adjust {
-    recorded: Vec<u8>,
-    pos: u64,
+/// A key written with its share words split ([`BitWriter::split`]).
+struct Split {
+    /// The other party's share words ([`BitWriter::recording_shares`]) and where we are.
+    other: Vec<u8>,
+    other_pos: u64,
     pad: PadStream,
+    /// Share bits before the current word.
+    offset: u64,
+    split: u64,
+    /// Whether this party's words that start before `split` are the pad (party 0's are).
+    seeded_below: bool,
+    /// This party's own share words, kept for the other party's writer.
+    own: BitWriter,
 }
 
 /// Where a writer's share words go.
 #[derive(Default)]
 enum ShareSink {
-    /// Into the stream (bits so far).
+    /// Into the stream.
     #[default]
     Inline,
+    /// Only counted: share bits so far, and those of words that start before `split`.
+    Count { offset: u64, split: u64, below: u64 },
     /// Out of the stream, into a second writer.
     Record(Box<BitWriter>),
-    /// Into the stream as `v + recorded − pad` (the seeded party's words, and its pad).
-    Adjust(Box<Adjust>),
+    /// Split between the stream and a pad.
+    Split(Box<Split>),
 }
 
 impl BitWriter {
@@ -77,21 +87,30 @@ impl BitWriter {
         BitWriter { buf: prefix, ..BitWriter::default() }
     }
 
-    /// A writer for the seeded party's key: its share words are left out of the stream and
-    /// kept apart ([`BitWriter::finish_recording`]).
-    pub fn recording() -> BitWriter {
-        BitWriter { shares: ShareSink::Record(Box::default()), ..BitWriter::default() }
+    /// A writer that keeps only the share words (of a key whose words the other party's
+    /// [`BitWriter::split`] writer needs): [`BitWriter::into_shares`].
+    pub fn recording_shares() -> BitWriter {
+        BitWriter { shares: ShareSink::Record(Box::default()), dropped: Some(0), ..BitWriter::default() }
     }
 
-    /// A writer for the other party's key: its `j`-th share word `v` of width `w` is written
-    /// as `v + s_j − p_j mod 2^w`, with `s_j` the seeded party's word (from `recorded`, what
-    /// [`BitWriter::finish_recording`] kept) and `p_j` the next `w` bits of `pad`. The two
-    /// keys' words then still add up to the same values, and the seeded party's are the pad.
-    pub fn adjusting(recorded: Vec<u8>, pad: PadStream) -> BitWriter {
-        BitWriter {
-            shares: ShareSink::Adjust(Box::new(Adjust { recorded, pos: 0, pad })),
-            ..BitWriter::default()
+    /// The share words a [`BitWriter::recording_shares`] writer kept (empty for others).
+    pub fn into_shares(self) -> Vec<u8> {
+        match self.shares {
+            ShareSink::Record(w) => w.finish(),
+            _ => vec![],
         }
+    }
+
+    /// A writer of one party's key with its share words split at share bit `split`: a word
+    /// that starts before `split` is party 0's pad word (`seeded_below`, party 0's writer:
+    /// left out; party 1's: written as `v + s − p mod 2^w`), a word from `split` on is party
+    /// 1's pad word (the other way round). `s` is the other party's word (from `other`,
+    /// what [`BitWriter::into_shares`] or [`BitWriter::finish_split`] kept) and `p` the
+    /// other party's pad at the word (`pad`: the word at share bit `o` of width `w` is the
+    /// pad's bits `o..o + w`). Each pair of words still adds up to the dealer's value.
+    pub fn split(other: Vec<u8>, pad: PadStream, split: u64, seeded_below: bool) -> BitWriter {
+        let s = Split { other, other_pos: 0, pad, offset: 0, split, seeded_below, own: BitWriter::default() };
+        BitWriter { shares: ShareSink::Split(Box::new(s)), ..BitWriter::default() }
     }
 
     /// Append a share word of `bits ≤ 64` bits: an additive share modulo `2^bits` (one bit:
@@ -100,38 +119,60 @@ impl BitWriter {
     pub fn put_share(&mut self, v: u64, bits: u32) {
         let v = match &mut self.shares {
             ShareSink::Inline => v,
+            ShareSink::Count { offset, split, below } => {
+                if *offset < *split {
+                    *below += bits as u64;
+                }
+                *offset += bits as u64;
+                return;
+            }
             ShareSink::Record(w) => return w.put(v, bits),
-            ShareSink::Adjust(a) => {
+            ShareSink::Split(a) => {
                 // (A dealer-side invariant, not input: both keys of a gate come from one
                 // shape, so they have the same share words.)
-                let s = BitReader::new(&a.recorded)
-                    .skip_to(a.pos)
+                let s = BitReader::new(&a.other)
+                    .skip_to(a.other_pos)
                     .get(bits)
-                    .expect("the seeded key has as many share words as the other");
-                a.pos += bits as u64;
-                v.wrapping_add(s).wrapping_sub(a.pad.take(bits))
+                    .expect("both keys of a gate have the same share words");
+                a.other_pos += bits as u64;
+                a.own.put(v, bits);
+                let p = a.pad.take(bits);
+                let below = a.offset < a.split;
+                a.offset += bits as u64;
+                if below == a.seeded_below {
+                    return;
+                }
+                v.wrapping_add(s).wrapping_sub(p)
             }
         };
         self.put(v, bits);
     }
 
-    /// Bits of share words left out of the stream so far (a [`BitWriter::recording`]
-    /// writer; 0 for others).
-    pub fn recorded_bits(&self) -> u64 {
+    /// Share bits counted so far (a [`BitWriter::counting`] writer; 0 for others).
+    pub fn share_bits(&self) -> u64 {
         match &self.shares {
-            ShareSink::Record(w) => w.bit_len(),
+            ShareSink::Count { offset, .. } => *offset,
             _ => 0,
         }
     }
 
-    /// The stream, and the share words left out of it (a [`BitWriter::recording`] writer;
-    /// empty for others).
-    pub fn finish_recording(mut self) -> (Vec<u8>, Vec<u8>) {
-        let rec = match std::mem::take(&mut self.shares) {
-            ShareSink::Record(w) => w.finish(),
+    /// Share bits counted so far in words that start before the split
+    /// ([`BitWriter::counting_split`]; 0 for others).
+    pub fn share_bits_below(&self) -> u64 {
+        match &self.shares {
+            ShareSink::Count { below, .. } => *below,
+            _ => 0,
+        }
+    }
+
+    /// The stream of a [`BitWriter::split`] writer, and its own share words (for the other
+    /// party's writer).
+    pub fn finish_split(mut self) -> (Vec<u8>, Vec<u8>) {
+        let own = match std::mem::take(&mut self.shares) {
+            ShareSink::Split(a) => a.own.finish(),
             _ => vec![],
         };
-        (self.finish(), rec)
+        (self.finish(), own)
     }
 
     /// Append the low `bits` bits of `v` (`bits ≤ 64`; higher bits of `v` are ignored).
@@ -168,17 +209,19 @@ impl BitWriter {
         (self.buf.len() as u64 + self.dropped.unwrap_or(0)) * 8 + self.pending as u64
     }
 
-    /// A writer that only counts: [`BitWriter::bit_len`] and [`BitWriter::recorded_bits`]
-    /// of what a [`BitWriter::recording`] writer would hold, with nothing stored.
+    /// A writer that only counts: [`BitWriter::bit_len`] is the bits of everything but the
+    /// share words, [`BitWriter::share_bits`] those of the share words.
     pub fn counting() -> BitWriter {
-        let inner = BitWriter { dropped: Some(0), ..BitWriter::default() };
-        BitWriter { shares: ShareSink::Record(Box::new(inner)), dropped: Some(0), ..BitWriter::default() }
+        BitWriter::counting_split(u64::MAX)
     }
 
-    /// Room for `bits` more recorded share bits ([`BitWriter::recording`]) without growing.
-    pub fn reserve_recorded(&mut self, bits: u64) {
-        if let ShareSink::Record(w) = &mut self.shares {
-            w.reserve(bits);
+    /// As [`BitWriter::counting`], also counting the share bits of words that start before
+    /// share bit `split` ([`BitWriter::share_bits_below`]).
+    pub fn counting_split(split: u64) -> BitWriter {
+        BitWriter {
+            shares: ShareSink::Count { offset: 0, split, below: 0 },
+            dropped: Some(0),
+            ..BitWriter::default()
         }
     }
 
@@ -200,12 +243,32 @@ impl BitWriter {
     }
 }
 
+/// The pad side of a split key's reader.
+struct PadSplit {
+    pad: PadStream,
+    offset: u64,
+    split: u64,
+    seeded_below: bool,
+}
+
+impl PadSplit {
+    /// The pad's bits for the next share word of `bits` bits if it is this party's pad word
+    /// (the pad advances for every word).
+    #[inline]
+    fn next(&mut self, bits: u32) -> Option<u64> {
+        let p = self.pad.take(bits);
+        let below = self.offset < self.split;
+        self.offset += bits as u64;
+        (below == self.seeded_below).then_some(p)
+    }
+}
+
 /// Reads what a [`BitWriter`] wrote; every read is bounds-checked.
 pub struct BitReader<'a> {
     data: &'a [u8],
     pos: u64,
-    /// The seeded party's share words ([`BitReader::with_pad`]).
-    pad: Option<PadStream>,
+    /// Where share words come from in a split key ([`BitReader::with_pad`]).
+    pad: Option<PadSplit>,
 }
 
 impl<'a> BitReader<'a> {
@@ -214,10 +277,11 @@ impl<'a> BitReader<'a> {
         BitReader { data, pos: 0, pad: None }
     }
 
-    /// A reader of a seeded party's key ([`BitWriter::recording`]): its share words come
-    /// from `pad`, the rest from `data`.
-    pub fn with_pad(data: &'a [u8], pad: PadStream) -> BitReader<'a> {
-        BitReader { data, pos: 0, pad: Some(pad) }
+    /// A reader of a key written by [`BitWriter::split`] with the same `split` and
+    /// `seeded_below`: this party's pad words are its `pad` at their share bits, the rest
+    /// come from `data`.
+    pub fn with_pad(data: &'a [u8], pad: PadStream, split: u64, seeded_below: bool) -> BitReader<'a> {
+        BitReader { data, pos: 0, pad: Some(PadSplit { pad, offset: 0, split, seeded_below }) }
     }
 
     /// The same reader at bit `pos`.
@@ -232,10 +296,12 @@ impl<'a> BitReader<'a> {
     /// As [`BitReader::get`].
     #[inline]
     pub fn get_share(&mut self, bits: u32) -> Result<u64, DecodeError> {
-        match &mut self.pad {
-            Some(p) => Ok(p.take(bits)),
-            None => self.get(bits),
+        if let Some(p) = &mut self.pad
+            && let Some(v) = p.next(bits)
+        {
+            return Ok(v);
         }
+        self.get(bits)
     }
 
     /// Read `count` share words of `bits ≤ 64` bits each, mapped by `map`, appended to
@@ -250,14 +316,15 @@ impl<'a> BitReader<'a> {
         out: &mut Vec<T>,
         map: impl Fn(u64) -> T,
     ) -> Result<(), DecodeError> {
-        match &mut self.pad {
-            Some(p) => {
-                out.reserve(count);
-                out.extend((0..count).map(|_| map(p.take(bits))));
-                Ok(())
-            }
-            None => self.get_run_map(bits, count, out, map),
+        if self.pad.is_none() {
+            return self.get_run_map(bits, count, out, map);
         }
+        out.reserve(count);
+        for _ in 0..count {
+            let v = self.get_share(bits)?;
+            out.push(map(v));
+        }
+        Ok(())
     }
 
     /// Bits not yet read.
@@ -529,15 +596,17 @@ pub(crate) fn expect_material_len(material: &[u8], bits: u64) -> Result<(), Deco
 mod tests {
     use super::*;
 
-    /// A key of share words of every width between plain fields, split into a seeded and an
-    /// adjusted key: the plain fields read back unchanged, the share words still add up to
-    /// the values, and the seeded key holds no share bits.
+    /// A key of share words of every width between plain fields, both parties' keys
+    /// written split at every point: the plain fields read back unchanged, the share words
+    /// still add up to the values, each key stores only its words on its side of the split,
+    /// and a counting writer counts what they hold.
     #[test]
-    fn seeded_share_words_still_add_up() {
+    fn split_share_words_still_add_up() {
         use crate::pad::PadStream;
         use crate::rng::{DealerRng, Rng, SeedableRng};
         let mut rng = DealerRng::seed_from_u64(5);
         let widths: Vec<u32> = (0..=64).chain([1, 1, 1, 37, 50, 64]).collect();
+        let total: u64 = widths.iter().map(|&b| b as u64).sum();
         let values: Vec<u64> = widths.iter().map(|&b| rng.next_u64() & mask(b)).collect();
         let ours: Vec<u64> = widths.iter().map(|&b| rng.next_u64() & mask(b)).collect();
         let theirs: Vec<u64> =
@@ -549,27 +618,33 @@ mod tests {
                 w.put_share(v, b);
             }
         };
-        let seed = [9u8; 16];
-        let mut w = BitWriter::recording();
-        write(&mut w, &ours);
-        assert_eq!(w.recorded_bits(), widths.iter().map(|&b| b as u64).sum::<u64>());
-        assert_eq!(w.bit_len(), 13 * widths.len() as u64);
-        let mut c = BitWriter::counting();
-        write(&mut c, &ours);
-        assert_eq!((c.bit_len(), c.recorded_bits()), (w.bit_len(), w.recorded_bits()));
-        let (seeded, recorded) = w.finish_recording();
-        let mut w = BitWriter::adjusting(recorded, PadStream::new(&seed));
-        write(&mut w, &theirs);
-        let other = w.finish();
-        let (mut a, mut b) = (BitReader::with_pad(&seeded, PadStream::new(&seed)), BitReader::new(&other));
-        for (i, (&v, &bits)) in values.iter().zip(&widths).enumerate() {
-            assert_eq!(a.get(13).unwrap(), plain(i));
-            assert_eq!(b.get(13).unwrap(), plain(i));
-            let (x, y) = (a.get_share(bits).unwrap(), b.get_share(bits).unwrap());
-            assert_eq!(x.wrapping_add(y) & mask(bits), v, "word {i} of {bits} bits");
+        let (seed0, seed1) = ([9u8; 16], [10u8; 16]);
+        for split in [0, 1, 64, 65, total / 2, total - 1, total, u64::MAX] {
+            let mut c = BitWriter::counting_split(split);
+            write(&mut c, &ours);
+            assert_eq!((c.bit_len(), c.share_bits()), (13 * widths.len() as u64, total));
+            let below = c.share_bits_below();
+            let mut w = BitWriter::recording_shares();
+            write(&mut w, &theirs);
+            let mut w0 = BitWriter::split(w.into_shares(), PadStream::new(&seed1), split, true);
+            write(&mut w0, &ours);
+            assert_eq!(w0.bit_len(), c.bit_len() + total - below, "split {split}");
+            let (k0, own) = w0.finish_split();
+            let mut w1 = BitWriter::split(own, PadStream::new(&seed0), split, false);
+            write(&mut w1, &theirs);
+            assert_eq!(w1.bit_len(), c.bit_len() + below, "split {split}");
+            let (k1, _) = w1.finish_split();
+            let mut a = BitReader::with_pad(&k0, PadStream::new(&seed0), split, true);
+            let mut b = BitReader::with_pad(&k1, PadStream::new(&seed1), split, false);
+            for (i, (&v, &bits)) in values.iter().zip(&widths).enumerate() {
+                assert_eq!(a.get(13).unwrap(), plain(i));
+                assert_eq!(b.get(13).unwrap(), plain(i));
+                let (x, y) = (a.get_share(bits).unwrap(), b.get_share(bits).unwrap());
+                assert_eq!(x.wrapping_add(y) & mask(bits), v, "split {split}, word {i} of {bits} bits");
+            }
+            a.finish().unwrap();
+            b.finish().unwrap();
         }
-        a.finish().unwrap();
-        b.finish().unwrap();
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! | [`dcf`] | BCG+21 comparison function with `K`-word vector payloads (§5) |
 //! | [`adpf`] | arithmetic DPF, early termination, `K`-word payloads, for lookup tables (§3.3) |
 //! | [`codec`] | bit-packed, versioned, checksummed key encoding |
-//! | [`pad`] | one party's share words expanded from a seed (seeded key halves) |
+//! | [`pad`] | share words expanded from a seed (seeded key halves) |
 //! | [`rng`] | the dealer's OS-seeded CSPRNG |
 //!
 //! Keys come in batches (`DpfKeys`, `BitDpfKeys`, `DcfKeys`, `AdpfKeys`): many keys of one

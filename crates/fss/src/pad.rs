@@ -1,15 +1,17 @@
-//! The share pad: one party's share words of a key, expanded from a 16-byte seed.
+//! The share pad: share words of a key, expanded from a 16-byte seed.
 //!
 //! Much of a gate key that is not a DPF or DCF tree is additive shares of dealer values
 //! (masks, Beaver triples, the compiled gates' dealer words): each party holds one share and
-//! their sum is the value. The dealer may take one party's shares from a pseudorandom pad
-//! instead of drawing them, and give that party the pad's seed in their place; the other
-//! party's shares are then `value − pad`. Alternating the seeded party from gate to gate
-//! shrinks both parties' keys. (The pad is as good as uniform shares to anyone without the
-//! seed, which the other party never sees.)
+//! their sum is the value. The dealer may take one party's share of a value from a
+//! pseudorandom pad of that party's own seed instead of drawing it, and give the party the
+//! seed in its place; the other party's share is then `value − pad`. The seeded encoding
+//! (`gates::keyio::encode_pair`) does this for party 0's words in the first half of a key's
+//! share words (with party 0's seed) and for party 1's in the second half (with party 1's),
+//! so that each party stores half of its words. A party never sees the other's seed: its
+//! stored words are the values minus a pad it cannot compute.
 //!
 //! The pad is AES-128 in counter mode under the seed, read as the little-endian bit stream of
-//! [`crate::codec`]: a share word of width `w` is the next `w` bits.
+//! [`crate::codec`]: the share word at share bit `o` of width `w` is the pad's bits `o..o + w`.
 
 use aes::Aes128Enc;
 use aes::cipher::{BlockCipherEncrypt, KeyInit};

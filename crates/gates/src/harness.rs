@@ -1,8 +1,8 @@
 //! The two-party in-memory harness: dealer, P0 and P1 run one gate over vectors of
 //! elements; each round's openings are exchanged in memory and counted.
 //!
-//! The keys go through their bundle encoding ([`encode_pair`], one party's share words
-//! from a pad) before use, so a run also checks that a key is complete, that its size is
+//! The keys go through their bundle encoding ([`encode_pair`], half of each party's share
+//! words from a pad) before use, so a run also checks that a key is complete, that its size is
 //! what is reported, and that the words it marks as shares are shares.
 
 use std::time::{Duration, Instant};
@@ -96,12 +96,11 @@ pub fn run_with_masks<G: Gate, R: CryptoRng + ?Sized>(
     let (k0, k1) = gate.keygen(masks_in, mask_out, rng)?;
     let keygen = t.elapsed();
     let shape = gate.key_shape();
-    // Through the bundle encoding, one party's share words from a pad (a party drawn at
-    // random), so that every gate's test also checks which of its words are shares.
-    let mut seed = [0u8; 16];
-    rng.fill_bytes(&mut seed);
-    let seeded = if seed[0] & 1 == 0 { Party::P0 } else { Party::P1 };
-    let [b0, b1] = encode_pair(&k0, &k1, Some((seeded, seed)));
+    // Through the bundle encoding, half of each party's share words from a pad, so that
+    // every gate's test also checks which of its words are shares.
+    let mut seeds = [[0u8; 16]; 2];
+    seeds.iter_mut().for_each(|s| rng.fill_bytes(s));
+    let [b0, b1] = encode_pair(&k0, &k1, Some(seeds));
     let k0 = decode_keyed::<G::Key>(&shape, Party::P0, &b0)?;
     let k1 = decode_keyed::<G::Key>(&shape, Party::P1, &b1)?;
     let key_bits = [k0.bits(), k1.bits()];

@@ -41,7 +41,7 @@ pub trait GateKey: Sized {
     fn bits(&self) -> u64 {
         let mut w = BitWriter::counting();
         self.write(&mut w);
-        w.bit_len() + w.recorded_bits()
+        w.bit_len() + w.share_bits()
     }
 
     /// The key material as bytes (for tests and simple storage).
@@ -103,28 +103,39 @@ pub trait GateKey: Sized {
     }
 }
 
-/// Sizes of a key in bits: all of it, and its share words ([`put_words`], [`put_bits`]),
-/// which a seeded encoding leaves out of one party's key.
-pub fn key_share_bits<K: GateKey>(key: &K) -> (u64, u64) {
+/// Sizes of a key in bits: all of it, its share words ([`put_words`], [`put_bits`]), and
+/// the share bits of the words that start before the split of a seeded encoding
+/// ([`share_split`]).
+pub fn key_share_bits<K: GateKey>(key: &K) -> (u64, u64, u64) {
     let mut w = BitWriter::counting();
     key.write(&mut w);
-    let shares = w.recorded_bits();
-    (w.bit_len() + shares, shares)
+    let shares = w.share_bits();
+    let mut c = BitWriter::counting_split(share_split(shares));
+    key.write(&mut c);
+    (w.bit_len() + shares, shares, c.share_bits_below())
+}
+
+/// Where a seeded encoding splits a key's `share_bits` bits of share words: party 0's words
+/// that start before it, and party 1's from it on, are the pad.
+pub fn share_split(share_bits: u64) -> u64 {
+    share_bits / 2
 }
 
 /// Header bytes of a gate key in a bundle: one byte, `0` for a key with all its share
-/// words, `1` for a seeded one, which the 16-byte seed of its pad follows.
-pub const SEEDED_HEADER_BYTES: u64 = 17;
+/// words, `1` for a seeded one, which the 16-byte seed of the party's pad and the split
+/// ([`share_split`], 8 bytes, little-endian) follow.
+pub const SEEDED_HEADER_BYTES: u64 = 25;
 
-/// Both parties' keys of one gate, encoded for a bundle, each behind a one-byte header.
-/// With `seeded = Some((p, seed))`, party `p`'s share words are the pad of `seed`
-/// ([`fss::pad`]) and only the seed is stored in their place; the other party's are
-/// adjusted so that each pair still adds up to the dealer's value. Without, both keys are
-/// [`GateKey::to_bytes`].
-pub fn encode_pair<K: GateKey>(k0: &K, k1: &K, seeded: Option<(Party, PadSeed)>) -> [Vec<u8>; 2] {
-    // Each key written once into a buffer of its final size, behind its header byte(s).
-    let (bits, shares) = key_share_bits(k0);
-    let Some((p, seed)) = seeded else {
+/// Both parties' keys of one gate, encoded for a bundle, each behind its header. With
+/// `seeds`, each party's key has half of its share words from the pad of its own seed
+/// ([`fss::pad`]): party 0's words that start before the split ([`share_split`]), party
+/// 1's from it on; only the seed and the split are stored in their place, and the other
+/// party's word of each pair is the value minus that pad. A party never sees the other's
+/// seed. Without, both keys are [`GateKey::to_bytes`] behind a zero byte.
+pub fn encode_pair<K: GateKey>(k0: &K, k1: &K, seeds: Option<[PadSeed; 2]>) -> [Vec<u8>; 2] {
+    // Each key written once into a buffer of its final size, behind its header.
+    let (bits, shares, below) = key_share_bits(k0);
+    let Some([seed0, seed1]) = seeds else {
         let plain = |k: &K| {
             let mut w = BitWriter::with_prefix(Vec::with_capacity(1 + bits.div_ceil(8) as usize + 8));
             w.put(0, 8);
@@ -133,22 +144,30 @@ pub fn encode_pair<K: GateKey>(k0: &K, k1: &K, seeded: Option<(Party, PadSeed)>)
         };
         return [plain(k0), plain(k1)];
     };
-    let (ks, ko) = if p == Party::P0 { (k0, k1) } else { (k1, k0) };
-    let mut w = BitWriter::recording();
-    w.reserve(bits - shares + 8 * SEEDED_HEADER_BYTES);
-    w.reserve_recorded(shares);
-    w.put(1, 8);
-    for b in seed {
-        w.put(b as u64, 8);
-    }
-    ks.write(&mut w);
-    let (seeded_bytes, recorded) = w.finish_recording();
-    let mut w = BitWriter::adjusting(recorded, PadStream::new(&seed));
-    w.reserve(bits + 8);
-    w.put(0, 8);
-    ko.write(&mut w);
-    let other = w.finish();
-    if p == Party::P0 { [seeded_bytes, other] } else { [other, seeded_bytes] }
+    let split = share_split(shares);
+    let header = |w: &mut BitWriter, seed: &PadSeed| {
+        w.put(1, 8);
+        for &b in seed {
+            w.put(b as u64, 8);
+        }
+        w.put(split, 64);
+    };
+    // Party 0's words after the split are the values minus party 1's pad, party 1's before
+    // it the values minus party 0's pad.
+    let mut w = BitWriter::recording_shares();
+    k1.write(&mut w);
+    let theirs = w.into_shares();
+    let mut w = BitWriter::split(theirs, PadStream::new(&seed1), split, true);
+    w.reserve(8 * SEEDED_HEADER_BYTES + bits - below);
+    header(&mut w, &seed0);
+    k0.write(&mut w);
+    let (b0, ours) = w.finish_split();
+    let mut w = BitWriter::split(ours, PadStream::new(&seed0), split, false);
+    w.reserve(8 * SEEDED_HEADER_BYTES + bits - (shares - below));
+    header(&mut w, &seed1);
+    k1.write(&mut w);
+    let (b1, _) = w.finish_split();
+    [b0, b1]
 }
 
 /// Read a key that [`encode_pair`] wrote for `party`.
@@ -160,12 +179,11 @@ pub fn decode_keyed<K: GateKey>(shape: &K::Shape, party: Party, bytes: &[u8]) ->
         Some(0) => K::from_bytes(shape, party, &bytes[1..]),
         Some(1) => {
             let head = SEEDED_HEADER_BYTES as usize;
-            let seed: PadSeed = bytes
-                .get(1..head)
-                .ok_or(DecodeError::Truncated { needed: head, available: bytes.len() })?
-                .try_into()
-                .expect("16 bytes");
-            let mut r = BitReader::with_pad(&bytes[head..], PadStream::new(&seed));
+            let h =
+                bytes.get(1..head).ok_or(DecodeError::Truncated { needed: head, available: bytes.len() })?;
+            let seed: PadSeed = h[..16].try_into().expect("16 bytes");
+            let split = u64::from_le_bytes(h[16..].try_into().expect("8 bytes"));
+            let mut r = BitReader::with_pad(&bytes[head..], PadStream::new(&seed), split, party == Party::P0);
             let k = K::read(shape, party, &mut r)?;
             r.finish()?;
             Ok(k)

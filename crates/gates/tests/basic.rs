@@ -160,3 +160,37 @@ mod malformed {
         }
     }
 }
+
+/// The seeded bundle encoding: each party's key carries its own seed only and half of its
+/// share words; decoded, the pairs still add up to the dealer's values.
+#[test]
+fn seeded_keys_carry_their_own_seed_and_half_the_words() {
+    use fss::Party;
+    use gates::GateKey;
+    use gates::keyio::{SEEDED_HEADER_BYTES, decode_keyed, encode_pair};
+    let mut r = rng(9);
+    let g = Mul { bits: 50, len: 1000 };
+    let (rx, ry, rz) = (words(&mut r, 1000, 50), words(&mut r, 1000, 50), words(&mut r, 1000, 50));
+    let (k0, k1) = g.keygen(&[&rx, &ry], &rz, &mut r).unwrap();
+    let seeds = [[3u8; 16], [4u8; 16]];
+    let [b0, b1] = encode_pair(&k0, &k1, Some(seeds));
+    assert_eq!((b0[0], b1[0]), (1, 1));
+    assert_eq!((&b0[1..17], &b1[1..17]), (&seeds[0][..], &seeds[1][..]));
+    // Three words of 50 bits per element, half of them stored by each party.
+    let full = (3 * 50 * 1000) / 8;
+    for b in [&b0, &b1] {
+        let stored = b.len() as i64 - SEEDED_HEADER_BYTES as i64;
+        assert!((stored - full as i64 / 2).abs() <= 8, "{stored} of {full}");
+    }
+    let shape = g.key_shape();
+    let d0 = decode_keyed::<<Mul as Gate>::Key>(&shape, Party::P0, &b0).unwrap();
+    let d1 = decode_keyed::<<Mul as Gate>::Key>(&shape, Party::P1, &b1).unwrap();
+    let sum = |a: &<Mul as Gate>::Key, b: &<Mul as Gate>::Key| -> Vec<u64> {
+        let (x, y) = (a.to_bytes(), b.to_bytes());
+        let (mut ra, mut rb) = (fss::codec::BitReader::new(&x), fss::codec::BitReader::new(&y));
+        (0..3000).map(|_| ra.get(50).unwrap().wrapping_add(rb.get(50).unwrap()) & mask(50)).collect()
+    };
+    assert_eq!(sum(&d0, &d1), sum(&k0, &k1));
+    // A key decoded with the other party's header is refused or wrong, never the same.
+    assert!(decode_keyed::<<Mul as Gate>::Key>(&shape, Party::P0, &b1).map_or(true, |k| k != d0));
+}
