@@ -46,11 +46,8 @@ impl WordColumn {
         Ok(match width {
             0 => WordColumn::Bits(vec![0; len.div_ceil(64)]),
             1 => {
-                let mut v = Vec::with_capacity(len.div_ceil(64));
-                r.get_share_run_map(64, len / 64, &mut v, |x| x)?;
-                if !len.is_multiple_of(64) {
-                    v.push(r.get_share((len % 64) as u32)?);
-                }
+                let mut v = Vec::new();
+                r.get_share_bits_packed(len, &mut v)?;
                 WordColumn::Bits(v)
             }
             2..=32 => {

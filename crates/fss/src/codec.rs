@@ -304,6 +304,30 @@ impl<'a> BitReader<'a> {
         self.get(bits)
     }
 
+    /// Read `count` one-bit share words ([`BitWriter::put_share`] of width 1), packed 64 to
+    /// a word (bit `i % 64` of word `i / 64`), appended to `out`.
+    ///
+    /// # Errors
+    /// As [`BitReader::get_run`].
+    pub fn get_share_bits_packed(&mut self, count: usize, out: &mut Vec<u64>) -> Result<(), DecodeError> {
+        if self.pad.is_none() {
+            self.get_run(64, count / 64, out)?;
+            if !count.is_multiple_of(64) {
+                out.push(self.get((count % 64) as u32)?);
+            }
+            return Ok(());
+        }
+        out.reserve(count.div_ceil(64));
+        for chunk in (0..count).step_by(64) {
+            let mut w = 0u64;
+            for i in 0..(count - chunk).min(64) {
+                w |= self.get_share(1)? << i;
+            }
+            out.push(w);
+        }
+        Ok(())
+    }
+
     /// Read `count` share words of `bits ≤ 64` bits each, mapped by `map`, appended to
     /// `out` (as [`BitReader::get_run_map`] for share words).
     ///
@@ -644,6 +668,31 @@ mod tests {
             }
             a.finish().unwrap();
             b.finish().unwrap();
+        }
+        // One-bit words written one by one, read packed 64 to a word, split anywhere.
+        let bits: Vec<u64> = (0..200).map(|_| rng.next_u64() & 1).collect();
+        let ours: Vec<u64> = (0..200).map(|_| rng.next_u64() & 1).collect();
+        let theirs: Vec<u64> = bits.iter().zip(&ours).map(|(b, o)| b ^ o).collect();
+        for split in [0, 1, 63, 64, 100, 130, 200] {
+            let put = |w: &mut BitWriter, v: &[u64]| v.iter().for_each(|&x| w.put_share(x, 1));
+            let mut w = BitWriter::recording_shares();
+            put(&mut w, &theirs);
+            let mut w0 = BitWriter::split(w.into_shares(), PadStream::new(&seed1), split, true);
+            put(&mut w0, &ours);
+            let (k0, own) = w0.finish_split();
+            let mut w1 = BitWriter::split(own, PadStream::new(&seed0), split, false);
+            put(&mut w1, &theirs);
+            let (k1, _) = w1.finish_split();
+            let (mut p0, mut p1) = (vec![], vec![]);
+            let mut a = BitReader::with_pad(&k0, PadStream::new(&seed0), split, true);
+            let mut b = BitReader::with_pad(&k1, PadStream::new(&seed1), split, false);
+            a.get_share_bits_packed(200, &mut p0).unwrap();
+            b.get_share_bits_packed(200, &mut p1).unwrap();
+            a.finish().unwrap();
+            b.finish().unwrap();
+            for (i, &v) in bits.iter().enumerate() {
+                assert_eq!((p0[i / 64] ^ p1[i / 64]) >> (i % 64) & 1, v, "split {split}, bit {i}");
+            }
         }
     }
 
