@@ -299,7 +299,7 @@ pub fn deal_step(
                     seeds.iter_mut().for_each(|s| rng.fill_bytes(s));
                     seeds
                 });
-                let [b0, b1] = pair.stored_bytes(seed.is_some());
+                let [b0, b1] = pair.sizes.stored_bytes(seed.is_some());
                 report.party_key_bits[0] += 8 * b0;
                 report.party_key_bits[1] += 8 * b1;
                 charge(&mut report.by_label, g.nodes[node].label, 4 * (b0 + b1));
@@ -373,7 +373,7 @@ fn encode_batch(
     use rayon::prelude::*;
     let one = |(i, pair): (usize, crate::layers::KeyPair)| {
         let gate = gates[pending[i].0].as_deref().expect("a gate node");
-        gate.encode_pair(pair.k0.as_ref(), pair.k1.as_ref(), seeded[i])
+        gate.encode_pair(&pair, seeded[i])
     };
     if dealt.len() <= 1 {
         return dealt.into_iter().enumerate().map(one).collect();

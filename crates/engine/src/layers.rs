@@ -13,7 +13,7 @@ use fss::ring::mask;
 use fss::rng::DealerRng;
 use fss::{DecodeError, Party};
 use gates::arith::{BatchedMatMul, Mul};
-use gates::keyio::{SEEDED_HEADER_BYTES, decode_keyed, encode_pair, key_share_bits};
+use gates::keyio::{KeySizes, decode_keyed, encode_pair};
 use gates::linalg::matmul_mod_weights;
 use gates::nonlinear::{Activation, ArsSlackDcf, ReluResidual};
 use gates::norm::Norm;
@@ -114,9 +114,9 @@ pub trait DynGate: Send + Sync {
     /// # Errors
     /// As [`Gate::keygen`].
     fn keygen(&self, masks: &[&[u64]], out: &[u64], rng: &mut DealerRng) -> Result<KeyPair, GateError>;
-    /// Both parties' keys encoded for a bundle ([`gates::keyio::encode_pair`]): with
-    /// `seeds`, half of each party's share words come from the pad of its seed.
-    fn encode_pair(&self, k0: &dyn Any, k1: &dyn Any, seeds: Option<[PadSeed; 2]>) -> [Vec<u8>; 2];
+    /// Both parties' keys of `pair` encoded for a bundle ([`gates::keyio::encode_pair`]):
+    /// with `seeds`, half of each party's share words come from the pad of its seed.
+    fn encode_pair(&self, pair: &KeyPair, seeds: Option<[PadSeed; 2]>) -> [Vec<u8>; 2];
     /// Decode a key that [`DynGate::encode_pair`] wrote for `party`.
     ///
     /// # Errors
@@ -133,30 +133,14 @@ pub trait DynGate: Send + Sync {
     }
 }
 
-/// Both parties' keys of one gate node, type-erased, and one key's size in bits.
+/// Both parties' keys of one gate node, type-erased, and their sizes.
 pub struct KeyPair {
     /// Party 0's key.
     pub k0: Box<dyn Any + Send>,
     /// Party 1's key.
     pub k1: Box<dyn Any + Send>,
-    /// Bits of one key, all of its material.
-    pub bits: u64,
-    /// Bits of its share words, half of which a seeded encoding takes from a pad.
-    pub share_bits: u64,
-    /// Bits of the share words that start before the split ([`gates::keyio::share_split`]).
-    pub share_bits_below: u64,
-}
-
-impl KeyPair {
-    /// Bytes of each party's key in a bundle, seeded or not.
-    pub fn stored_bytes(&self, seeded: bool) -> [u64; 2] {
-        if !seeded {
-            return [1 + self.bits.div_ceil(8); 2];
-        }
-        let rest = self.bits - self.share_bits;
-        let kept = [self.share_bits - self.share_bits_below, self.share_bits_below];
-        kept.map(|k| SEEDED_HEADER_BYTES + (rest + k).div_ceil(8))
-    }
+    /// Sizes of one key (both have the same).
+    pub sizes: KeySizes,
 }
 
 struct Erased<G: Gate>(G);
@@ -167,15 +151,15 @@ where
 {
     fn keygen(&self, masks: &[&[u64]], out: &[u64], rng: &mut DealerRng) -> Result<KeyPair, GateError> {
         let (k0, k1) = self.0.keygen(masks, out, rng)?;
-        let (bits, share_bits, share_bits_below) = key_share_bits(&k0);
-        Ok(KeyPair { k0: Box::new(k0), k1: Box::new(k1), bits, share_bits, share_bits_below })
+        let sizes = KeySizes::of(&k0);
+        Ok(KeyPair { k0: Box::new(k0), k1: Box::new(k1), sizes })
     }
 
-    fn encode_pair(&self, k0: &dyn Any, k1: &dyn Any, seeds: Option<[PadSeed; 2]>) -> [Vec<u8>; 2] {
+    fn encode_pair(&self, pair: &KeyPair, seeds: Option<[PadSeed; 2]>) -> [Vec<u8>; 2] {
         fn key<K: 'static>(k: &dyn Any) -> &K {
             k.downcast_ref::<K>().expect("a key of this gate")
         }
-        encode_pair(key::<G::Key>(k0), key::<G::Key>(k1), seeds)
+        encode_pair(key::<G::Key>(pair.k0.as_ref()), key::<G::Key>(pair.k1.as_ref()), &pair.sizes, seeds)
     }
 
     fn decode(&self, party: Party, bytes: &[u8]) -> Result<Box<dyn Any + Send>, DecodeError> {
@@ -202,8 +186,8 @@ impl DynGate for SeedsShares {
         self.0.keygen(masks, out, rng)
     }
 
-    fn encode_pair(&self, k0: &dyn Any, k1: &dyn Any, seeds: Option<[PadSeed; 2]>) -> [Vec<u8>; 2] {
-        self.0.encode_pair(k0, k1, seeds)
+    fn encode_pair(&self, pair: &KeyPair, seeds: Option<[PadSeed; 2]>) -> [Vec<u8>; 2] {
+        self.0.encode_pair(pair, seeds)
     }
 
     fn decode(&self, party: Party, bytes: &[u8]) -> Result<Box<dyn Any + Send>, DecodeError> {

@@ -14,7 +14,7 @@ use fss::rng::CryptoRng;
 use crate::dealer::random_words;
 use crate::error::{GateError, check_len};
 use crate::gate::Gate;
-use crate::keyio::{GateKey, decode_keyed, encode_pair};
+use crate::keyio::{GateKey, KeySizes, decode_keyed, encode_pair};
 use crate::online::{Ctx, Progress, Session, Stats};
 
 /// What one run measured.
@@ -100,7 +100,7 @@ pub fn run_with_masks<G: Gate, R: CryptoRng + ?Sized>(
     // every gate's test also checks which of its words are shares.
     let mut seeds = [[0u8; 16]; 2];
     seeds.iter_mut().for_each(|s| rng.fill_bytes(s));
-    let [b0, b1] = encode_pair(&k0, &k1, Some(seeds));
+    let [b0, b1] = encode_pair(&k0, &k1, &KeySizes::of(&k0), Some(seeds));
     let k0 = decode_keyed::<G::Key>(&shape, Party::P0, &b0)?;
     let k1 = decode_keyed::<G::Key>(&shape, Party::P1, &b1)?;
     let key_bits = [k0.bits(), k1.bits()];

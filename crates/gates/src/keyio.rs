@@ -103,16 +103,39 @@ pub trait GateKey: Sized {
     }
 }
 
-/// Sizes of a key in bits: all of it, its share words ([`put_words`], [`put_bits`]), and
-/// the share bits of the words that start before the split of a seeded encoding
-/// ([`share_split`]).
-pub fn key_share_bits<K: GateKey>(key: &K) -> (u64, u64, u64) {
-    let mut w = BitWriter::counting();
-    key.write(&mut w);
-    let shares = w.share_bits();
-    let mut c = BitWriter::counting_split(share_split(shares));
-    key.write(&mut c);
-    (w.bit_len() + shares, shares, c.share_bits_below())
+/// Sizes of a gate's key in bits (both parties' keys have the same), counted once by the
+/// dealer and used by [`encode_pair`] and the key-size reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeySizes {
+    /// All of a key's material.
+    pub bits: u64,
+    /// Its share words ([`put_words`], [`put_bits`]).
+    pub shares: u64,
+    /// The share bits of the words that start before the split of a seeded encoding
+    /// ([`share_split`]).
+    pub below: u64,
+}
+
+impl KeySizes {
+    /// The sizes of `key`, counted without writing it.
+    pub fn of<K: GateKey>(key: &K) -> KeySizes {
+        let mut w = BitWriter::counting();
+        key.write(&mut w);
+        let shares = w.share_bits();
+        let mut c = BitWriter::counting_split(share_split(shares));
+        key.write(&mut c);
+        KeySizes { bits: w.bit_len() + shares, shares, below: c.share_bits_below() }
+    }
+
+    /// Bytes of each party's key as [`encode_pair`] writes it, seeded or not.
+    pub fn stored_bytes(&self, seeded: bool) -> [u64; 2] {
+        if !seeded {
+            return [1 + self.bits.div_ceil(8); 2];
+        }
+        let rest = self.bits - self.shares;
+        // Party 0 keeps its words from the split on, party 1 those before it.
+        [self.shares - self.below, self.below].map(|k| SEEDED_HEADER_BYTES + (rest + k).div_ceil(8))
+    }
 }
 
 /// Where a seeded encoding splits a key's `share_bits` bits of share words: party 0's words
@@ -131,10 +154,16 @@ pub const SEEDED_HEADER_BYTES: u64 = 25;
 /// ([`fss::pad`]): party 0's words that start before the split ([`share_split`]), party
 /// 1's from it on; only the seed and the split are stored in their place, and the other
 /// party's word of each pair is the value minus that pad. A party never sees the other's
-/// seed. Without, both keys are [`GateKey::to_bytes`] behind a zero byte.
-pub fn encode_pair<K: GateKey>(k0: &K, k1: &K, seeds: Option<[PadSeed; 2]>) -> [Vec<u8>; 2] {
+/// seed. Without, both keys are [`GateKey::to_bytes`] behind a zero byte. `sizes` are the
+/// keys' ([`KeySizes::of`]).
+pub fn encode_pair<K: GateKey>(
+    k0: &K,
+    k1: &K,
+    sizes: &KeySizes,
+    seeds: Option<[PadSeed; 2]>,
+) -> [Vec<u8>; 2] {
     // Each key written once into a buffer of its final size, behind its header.
-    let (bits, shares, below) = key_share_bits(k0);
+    let KeySizes { bits, shares, below } = *sizes;
     let Some([seed0, seed1]) = seeds else {
         let plain = |k: &K| {
             let mut w = BitWriter::with_prefix(Vec::with_capacity(1 + bits.div_ceil(8) as usize + 8));

@@ -167,13 +167,15 @@ mod malformed {
 fn seeded_keys_carry_their_own_seed_and_half_the_words() {
     use fss::Party;
     use gates::GateKey;
-    use gates::keyio::{SEEDED_HEADER_BYTES, decode_keyed, encode_pair};
+    use gates::keyio::{KeySizes, SEEDED_HEADER_BYTES, decode_keyed, encode_pair};
     let mut r = rng(9);
     let g = Mul { bits: 50, len: 1000 };
     let (rx, ry, rz) = (words(&mut r, 1000, 50), words(&mut r, 1000, 50), words(&mut r, 1000, 50));
     let (k0, k1) = g.keygen(&[&rx, &ry], &rz, &mut r).unwrap();
     let seeds = [[3u8; 16], [4u8; 16]];
-    let [b0, b1] = encode_pair(&k0, &k1, Some(seeds));
+    let sizes = KeySizes::of(&k0);
+    let [b0, b1] = encode_pair(&k0, &k1, &sizes, Some(seeds));
+    assert_eq!([b0.len() as u64, b1.len() as u64], sizes.stored_bytes(true));
     assert_eq!((b0[0], b1[0]), (1, 1));
     assert_eq!((&b0[1..17], &b1[1..17]), (&seeds[0][..], &seeds[1][..]));
     // Three words of 50 bits per element, half of them stored by each party.
