@@ -83,7 +83,8 @@ pub enum KeysAt {
     Disk(std::path::PathBuf),
     /// Dealt while the servers run, handed over gate by gate (a few gates ahead at most):
     /// neither memory nor disk for all the keys, but the dealer shares the machine with the
-    /// servers during the online phase, so its time is not the online time alone.
+    /// servers during the online phase, so its time is not the online time alone; large
+    /// row-wise gates run in chunks, one after another (more rounds, same outputs).
     Stream,
 }
 
@@ -265,6 +266,16 @@ pub fn run_with(
     link: Link,
     keys: &KeysAt,
 ) -> anyhow::Result<Outcome> {
+    // Streamed keys: no gate's keys for both parties may fill the memory (chunks run one
+    // after another, each adding its gate's rounds).
+    let chunked;
+    let g = match keys {
+        KeysAt::Stream => {
+            chunked = g.chunked(stream::CHUNK_ELEMS);
+            &chunked
+        }
+        _ => g,
+    };
     let gates = engine::build(g, imp)?;
     let plain = engine::plain(g, &gates, x);
     let (x0, x1) = engine::share_input(x, g.n, rng);
@@ -325,6 +336,13 @@ mod stream {
 
     /// Gates' keys dealt ahead of the online phase at most, per party.
     const AHEAD: usize = 2;
+
+    /// Row-wise gates of more elements are dealt and run in chunks of at most this many
+    /// ([`engine::Graph::chunked`]): BERT-base's softmax at 512 tokens (3.1 M elements,
+    /// ~6 GB of key per party) runs as six chunks of two heads, ~1 GB per party each, so
+    /// that the keys in flight (dealt, queued, being spent: a few gates for both parties)
+    /// stay a few GB.
+    pub const CHUNK_ELEMS: usize = 1 << 19;
 
     enum Item {
         Input(Vec<u64>),

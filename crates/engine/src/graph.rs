@@ -180,6 +180,15 @@ pub enum Op {
         /// The tanh approximation (GPT-2's `gelu_new`).
         tanh: bool,
     },
+    /// Rows `start .. start + count` of `x` (local; [`Graph::chunked`]).
+    Rows {
+        /// Input.
+        x: ValueId,
+        /// First row.
+        start: usize,
+        /// Rows.
+        count: usize,
+    },
 }
 
 impl Op {
@@ -198,8 +207,48 @@ impl Op {
             | Op::MulPublic { x, .. }
             | Op::Silu { x }
             | Op::RmsNorm { x, .. }
-            | Op::Gelu { x, .. } => vec![x],
+            | Op::Gelu { x, .. }
+            | Op::Rows { x, .. } => vec![x],
         }
+    }
+
+    /// The same layer reading `f(v)` for each value `v` it reads.
+    pub fn map_inputs(&self, mut f: impl FnMut(ValueId) -> ValueId) -> Op {
+        let mut op = self.clone();
+        match &mut op {
+            Op::Carried { .. } => {}
+            Op::Add { a, b } | Op::MatMul { a, b, .. } | Op::Concat { a, b } | Op::Mul { a, b } => {
+                (*a, *b) = (f(*a), f(*b));
+            }
+            Op::Linear { x, .. }
+            | Op::Gather { x, .. }
+            | Op::SumRows { x }
+            | Op::Scale { x, .. }
+            | Op::Trunc { x, .. }
+            | Op::Softmax { x, .. }
+            | Op::LayerNorm { x, .. }
+            | Op::MulPublic { x, .. }
+            | Op::Silu { x }
+            | Op::RmsNorm { x, .. }
+            | Op::Gelu { x, .. }
+            | Op::Rows { x, .. } => *x = f(*x),
+        }
+        op
+    }
+
+    /// Whether the gate works row by row (element by element, or over each row alone), so
+    /// that it can run on a range of rows at a time ([`Graph::chunked`]).
+    pub fn is_row_wise(&self) -> bool {
+        matches!(
+            self,
+            Op::Trunc { .. }
+                | Op::Softmax { .. }
+                | Op::LayerNorm { .. }
+                | Op::Gelu { .. }
+                | Op::Mul { .. }
+                | Op::Silu { .. }
+                | Op::RmsNorm { .. }
+        )
     }
 
     /// Whether the node is a gate (interactive) rather than a local map.
@@ -359,6 +408,12 @@ impl Graph {
                 }
                 sh(*x)
             }
+            Op::Rows { x, start, count } => {
+                if *count == 0 || start.checked_add(*count).is_none_or(|end| end > sh(*x).rows) {
+                    return bad(format!("rows {start}..+{count} of {:?}", sh(*x)));
+                }
+                Shape::new(*count, sh(*x).cols)
+            }
         };
         self.nodes.push(Node { op, shape, label });
         self.output = i + 1;
@@ -383,5 +438,49 @@ impl Graph {
     /// The gate nodes' count.
     pub fn gates(&self) -> usize {
         self.nodes.iter().filter(|n| n.op.is_gate()).count()
+    }
+
+    /// The same program with every row-wise gate node ([`Op::is_row_wise`]) of more than
+    /// `max_elems` elements split into nodes over consecutive ranges of its rows, run one
+    /// after another and stacked again. Each chunk's keys are dealt, handed over and spent
+    /// alone, so that streamed dealing ([`crate::deal_into`] while the servers run) never
+    /// holds a whole large gate's keys for both parties: BERT-base's softmax at 512 tokens
+    /// is ~6 GB of key per party. The outputs are the same; each chunk adds its gate's
+    /// rounds. A causal softmax is split at multiples of its columns (whole heads).
+    pub fn chunked(&self, max_elems: usize) -> Graph {
+        let mut g = Graph::new(self.n, self.f, self.input);
+        g.nodes.reserve(self.nodes.len());
+        // The new value of each old one.
+        let mut new: Vec<ValueId> = Vec::with_capacity(self.nodes.len() + 1);
+        new.push(0);
+        for node in &self.nodes {
+            let op = node.op.map_inputs(|v| new[v]);
+            let (rows, cols) = (node.shape.rows, node.shape.cols.max(1));
+            let mut per = (max_elems / cols).max(1);
+            if let Op::Softmax { causal: true, .. } = op {
+                per = (per / cols).max(1) * cols;
+            }
+            let v = if op.is_row_wise() && node.shape.len() > max_elems && per < rows {
+                let mut acc: Option<ValueId> = None;
+                for start in (0..rows).step_by(per) {
+                    let count = per.min(rows - start);
+                    let part = op.map_inputs(|x| {
+                        g.push(Op::Rows { x, start, count }, node.label).expect("rows of a checked value")
+                    });
+                    let y = g.push(part, node.label).expect("a chunk of a checked node");
+                    acc = Some(match acc {
+                        None => y,
+                        Some(a) => g.push(Op::Concat { a, b: y }, node.label).expect("stacked chunks"),
+                    });
+                }
+                acc.expect("at least one chunk")
+            } else {
+                g.push(op, node.label).expect("a node of a checked program")
+            };
+            new.push(v);
+        }
+        g.output = new[self.output];
+        g.carry = self.carry.iter().map(|&v| new[v]).collect();
+        g
     }
 }

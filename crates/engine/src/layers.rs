@@ -95,6 +95,7 @@ pub fn local(op: &Op, shape: Shape, inputs: &[&[u64]], n: u32, bias: bool) -> Ve
         }
         Op::Scale { c, .. } => inputs[0].iter().map(|&v| v.wrapping_mul(*c) & m).collect(),
         Op::Concat { .. } => inputs[0].iter().chain(inputs[1]).copied().collect(),
+        Op::Rows { start, .. } => inputs[0][start * shape.cols..(start + shape.rows) * shape.cols].to_vec(),
         Op::MulPublic { c, .. } => {
             inputs[0].iter().zip(c.iter()).map(|(&v, &c)| v.wrapping_mul(c) & m).collect()
         }

@@ -29,3 +29,36 @@ fn layers_are_exact_for_both_implementations() {
         }
     }
 }
+
+#[test]
+fn chunked_programs_equal_the_whole_and_are_exact() {
+    let mut r = DealerRng::seed_from_u64(11);
+    let (n, f, max) = (50u32, 12, 12usize);
+    for (decoder, seq) in [(false, 5usize), (true, 4)] {
+        let g = layer_graph(n, f, seq, 8, 2, 16, decoder, &mut r);
+        let c = g.chunked(max);
+        assert!(c.gates() > g.gates(), "decoder {decoder}: nothing was split");
+        for node in c.nodes.iter().filter(|node| node.op.is_row_wise()) {
+            let whole_heads = matches!(node.op, engine::Op::Softmax { causal: true, .. })
+                && node.shape.rows == node.shape.cols;
+            let one_row = node.shape.rows == 1;
+            assert!(node.shape.len() <= max || one_row || whole_heads, "a chunk of {:?} remains", node.shape);
+        }
+        let x =
+            quantize(&(0..seq * 8).map(|i| ((i * 29 % 43) as f64 / 10.0) - 2.1).collect::<Vec<_>>(), f, n);
+        for imp in [Impl::Sigma, Impl::Fusefss] {
+            let (gates, cgates) = (build(&g, imp).unwrap(), build(&c, imp).unwrap());
+            let want = plain(&g, &gates, &x);
+            assert_eq!(plain(&c, &cgates, &x), want, "{imp:?} decoder {decoder}");
+            let run = |g: &engine::Graph, gates: &engine::NodeGates, r: &mut DealerRng| {
+                let (k0, k1, _) = deal(g, gates, r, |_, _| {}).unwrap();
+                let (x0, x1) = share_input(&x, n, r);
+                run_threads(g, gates, [k0, k1], [x0, x1]).unwrap()
+            };
+            let [w0, _] = run(&g, &gates, &mut r);
+            let [p0, p1] = run(&c, &cgates, &mut r);
+            assert_eq!(reconstruct(&p0.output, &p1.output, n), want, "{imp:?} decoder {decoder}");
+            assert!(p0.stats.rounds > w0.stats.rounds, "chunks run one after another");
+        }
+    }
+}

@@ -315,6 +315,11 @@ impl Fingerprints {
                     put(&mut h, 16);
                     words(&mut h, gamma);
                 }
+                Op::Rows { start, count, .. } => {
+                    put(&mut h, 18);
+                    put(&mut h, *start as u64);
+                    put(&mut h, *count as u64);
+                }
             }
         }
         // Programs of a session also differ in what they carry to the next.
