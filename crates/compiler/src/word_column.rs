@@ -62,9 +62,9 @@ impl WordColumn {
     /// Write the `len` words at `width` bits each (the layout [`WordColumn::read`] reads).
     pub(crate) fn write(&self, w: &mut BitWriter, len: usize, width: u32) {
         match self {
-            WordColumn::Bits(v) => (0..len).for_each(|e| w.put_share((v[e / 64] >> (e % 64)) & 1, width)),
-            WordColumn::Narrow(v) => v[..len].iter().for_each(|&x| w.put_share(x as u64, width)),
-            WordColumn::Wide(v) => v[..len].iter().for_each(|&x| w.put_share(x, width)),
+            WordColumn::Bits(v) => w.put_share_bits(len, v),
+            WordColumn::Narrow(v) => w.put_share_run(width, len, |e| v[e] as u64),
+            WordColumn::Wide(v) => w.put_share_run(width, len, |e| v[e]),
         }
     }
 

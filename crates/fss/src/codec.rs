@@ -58,8 +58,70 @@ struct Split {
     split: u64,
     /// Whether this party's words that start before `split` are the pad (party 0's are).
     seeded_below: bool,
-    /// This party's own share words, kept for the other party's writer.
+    /// This party's own share words, kept for the other party's writer (if `keep_own`).
     own: BitWriter,
+    keep_own: bool,
+}
+
+impl Split {
+    /// From the current word on, how many of the next `count ≤` words of `bits` bits lie on
+    /// its side of the split (words that start before it, or from it on), and whether this
+    /// writer stores them (the other side's are this party's pad words).
+    #[inline]
+    fn segment(&self, bits: u32, count: usize) -> (usize, bool) {
+        let below = self.offset < self.split;
+        let k = if below && bits > 0 {
+            ((self.split - self.offset).div_ceil(bits as u64)).min(count as u64) as usize
+        } else {
+            count
+        };
+        (k, below != self.seeded_below)
+    }
+}
+
+/// Bits `at .. at + k` (`k ≤ 64`) of the bit string `words` (bit `i` is bit `i % 64` of
+/// word `i / 64`), as the low bits of a word.
+#[inline]
+fn bits_at(words: &[u64], at: usize, k: u32) -> u64 {
+    let (w, o) = (at / 64, (at % 64) as u32);
+    let mut v = words[w] >> o;
+    if o > 0 && o + k > 64 {
+        v |= words[w + 1] << (64 - o);
+    }
+    v & mask(k)
+}
+
+/// `v`'s low `k ≤ 64` bits placed at bits `at .. at + k` of the bit string `words`.
+#[inline]
+fn place_bits(words: &mut [u64], at: usize, v: u64, k: u32) {
+    let (w, o) = (at / 64, (at % 64) as u32);
+    let v = v & mask(k);
+    words[w] |= v << o;
+    if o > 0 && o + k > 64 {
+        words[w + 1] |= v >> (64 - o);
+    }
+}
+
+/// The field of `bits ≤ 64` bits at bit `pos` of `data`, which holds it (a dealer-side
+/// invariant, not input: both keys of a gate come from one shape, so they have the same
+/// share words).
+#[inline]
+fn read_field(data: &[u8], pos: u64, bits: u32) -> u64 {
+    let first = (pos / 8) as usize;
+    let w = match data.get(first..first + 16) {
+        Some(w) => u128::from_le_bytes(w.try_into().expect("16 bytes")),
+        None => {
+            let mut w = [0u8; 16];
+            let tail = &data[first.min(data.len())..];
+            w[..tail.len().min(16)].copy_from_slice(&tail[..tail.len().min(16)]);
+            u128::from_le_bytes(w)
+        }
+    };
+    debug_assert!(
+        pos + bits as u64 <= data.len() as u64 * 8,
+        "both keys of a gate have the same share words"
+    );
+    (w >> (pos % 8)) as u64 & mask(bits)
 }
 
 /// Where a writer's share words go.
@@ -109,8 +171,126 @@ impl BitWriter {
     /// other party's pad at the word (`pad`: the word at share bit `o` of width `w` is the
     /// pad's bits `o..o + w`). Each pair of words still adds up to the dealer's value.
     pub fn split(other: Vec<u8>, pad: PadStream, split: u64, seeded_below: bool) -> BitWriter {
-        let s = Split { other, other_pos: 0, pad, offset: 0, split, seeded_below, own: BitWriter::default() };
+        let s = Split {
+            other,
+            other_pos: 0,
+            pad,
+            offset: 0,
+            split,
+            seeded_below,
+            own: BitWriter::default(),
+            keep_own: true,
+        };
         BitWriter { shares: ShareSink::Split(Box::new(s)), ..BitWriter::default() }
+    }
+
+    /// The same [`BitWriter::split`] writer without keeping its own share words (for the
+    /// second key of a pair: [`BitWriter::finish_split`] then returns none).
+    pub fn discarding_own(mut self) -> BitWriter {
+        if let ShareSink::Split(a) = &mut self.shares {
+            a.keep_own = false;
+        }
+        self
+    }
+
+    /// Append `count` share words of `bits ≤ 64` bits, word `i` being `word(i)`: as `count`
+    /// calls of [`BitWriter::put_share`], with the sink chosen once for the run (key
+    /// material is long runs of words of one width).
+    #[inline]
+    pub fn put_share_run(&mut self, bits: u32, count: usize, mut word: impl FnMut(usize) -> u64) {
+        debug_assert!(bits <= 64);
+        match &mut self.shares {
+            ShareSink::Inline => {
+                self.reserve(count as u64 * bits as u64);
+                (0..count).for_each(|i| self.put(word(i), bits));
+            }
+            ShareSink::Count { offset, split, below } => {
+                // Words that start before the split: those at offsets `offset + i·bits < split`.
+                let starting_below = match (*split).checked_sub(*offset) {
+                    Some(gap) if bits > 0 => gap.div_ceil(bits as u64).min(count as u64),
+                    Some(gap) if gap > 0 => count as u64,
+                    _ => 0,
+                };
+                *below += starting_below * bits as u64;
+                *offset += count as u64 * bits as u64;
+            }
+            ShareSink::Record(w) => (0..count).for_each(|i| w.put(word(i), bits)),
+            ShareSink::Split(_) => {
+                let ShareSink::Split(mut a) = std::mem::take(&mut self.shares) else { unreachable!() };
+                let mut i = 0;
+                while i < count {
+                    let (k, stored) = a.segment(bits, count - i);
+                    if stored {
+                        for j in i..i + k {
+                            let v = word(j);
+                            let s = read_field(&a.other, a.other_pos, bits);
+                            a.other_pos += bits as u64;
+                            if a.keep_own {
+                                a.own.put(v, bits);
+                            }
+                            self.put(v.wrapping_add(s).wrapping_sub(a.pad.take(bits)), bits);
+                        }
+                    } else {
+                        // The pad's own words: nothing stored, the other party's pad passed over.
+                        if a.keep_own {
+                            (i..i + k).for_each(|j| a.own.put(word(j), bits));
+                        }
+                        a.other_pos += (k * bits as usize) as u64;
+                        a.pad.skip((k * bits as usize) as u64);
+                    }
+                    a.offset += (k * bits as usize) as u64;
+                    i += k;
+                }
+                self.shares = ShareSink::Split(a);
+            }
+        }
+    }
+
+    /// Append `count` one-bit share words packed 64 to a word (bit `i` of `words` is word
+    /// `i`): as [`BitWriter::put_share_run`] with one bit, 64 words at a time (one-bit
+    /// shares are XOR shares, so a split key's words are the XOR of whole chunks).
+    pub fn put_share_bits(&mut self, count: usize, words: &[u64]) {
+        match &mut self.shares {
+            ShareSink::Inline => {
+                self.put_u64_run(count / 64, |i| words[i]);
+                if !count.is_multiple_of(64) {
+                    self.put(words[count / 64], (count % 64) as u32);
+                }
+            }
+            ShareSink::Record(w) => {
+                w.put_u64_run(count / 64, |i| words[i]);
+                if !count.is_multiple_of(64) {
+                    w.put(words[count / 64], (count % 64) as u32);
+                }
+            }
+            ShareSink::Count { .. } => self.put_share_run(1, count, |_| 0),
+            ShareSink::Split(_) => {
+                let ShareSink::Split(mut a) = std::mem::take(&mut self.shares) else { unreachable!() };
+                let mut i = 0;
+                while i < count {
+                    let (seg, stored) = a.segment(1, count - i);
+                    let mut j = i;
+                    while j < i + seg {
+                        let k = (i + seg - j).min(64) as u32;
+                        let v = bits_at(words, j, k);
+                        if a.keep_own {
+                            a.own.put(v, k);
+                        }
+                        if stored {
+                            let s = read_field(&a.other, a.other_pos, k);
+                            self.put(v ^ s ^ a.pad.take(k), k);
+                        } else {
+                            a.pad.skip(k as u64);
+                        }
+                        a.other_pos += k as u64;
+                        j += k as usize;
+                    }
+                    a.offset += seg as u64;
+                    i += seg;
+                }
+                self.shares = ShareSink::Split(a);
+            }
+        }
     }
 
     /// Append a share word of `bits ≤ 64` bits: an additive share modulo `2^bits` (one bit:
@@ -130,12 +310,11 @@ impl BitWriter {
             ShareSink::Split(a) => {
                 // (A dealer-side invariant, not input: both keys of a gate come from one
                 // shape, so they have the same share words.)
-                let s = BitReader::new(&a.other)
-                    .skip_to(a.other_pos)
-                    .get(bits)
-                    .expect("both keys of a gate have the same share words");
+                let s = read_field(&a.other, a.other_pos, bits);
                 a.other_pos += bits as u64;
-                a.own.put(v, bits);
+                if a.keep_own {
+                    a.own.put(v, bits);
+                }
                 let p = a.pad.take(bits);
                 let below = a.offset < a.split;
                 a.offset += bits as u64;
@@ -189,6 +368,32 @@ impl BitWriter {
             self.acc >>= 64;
             self.pending -= 64;
         }
+    }
+
+    /// Append `count` 64-bit fields, field `i` being `word(i)`: as `count` calls of
+    /// [`BitWriter::put`] with 64 bits, without the bit accumulator's bookkeeping per field.
+    #[inline]
+    pub fn put_u64_run(&mut self, count: usize, mut word: impl FnMut(usize) -> u64) {
+        // A 64-bit field leaves the pending bits as they were and completes 8 bytes.
+        if let Some(d) = &mut self.dropped {
+            *d += 8 * count as u64;
+            return;
+        }
+        self.buf.reserve(8 * count);
+        let sh = self.pending;
+        if sh == 0 {
+            (0..count).for_each(|i| self.buf.extend_from_slice(&word(i).to_le_bytes()));
+            return;
+        }
+        // `pending < 64` bits wait in the accumulator: each field completes a word with its
+        // low `64 − sh` bits and leaves its high `sh` bits waiting.
+        let mut acc = self.acc as u64;
+        for i in 0..count {
+            let v = word(i);
+            self.buf.extend_from_slice(&(acc | v << sh).to_le_bytes());
+            acc = v >> (64 - sh);
+        }
+        self.acc = acc as u128;
     }
 
     /// Append one bit.
@@ -252,6 +457,21 @@ struct PadSplit {
 }
 
 impl PadSplit {
+    /// From the current word on, how many of the next `count ≤` words of `bits` bits lie on
+    /// its side of the split, and whether they are this party's pad words (advancing past
+    /// them: the caller reads them from the pad or the data).
+    #[inline]
+    fn segment(&mut self, bits: u32, count: usize) -> (usize, bool) {
+        let below = self.offset < self.split;
+        let k = if below && bits > 0 {
+            ((self.split - self.offset).div_ceil(bits as u64)).min(count as u64) as usize
+        } else {
+            count
+        };
+        self.offset += k as u64 * bits as u64;
+        (k, below == self.seeded_below)
+    }
+
     /// The pad's bits for the next share word of `bits` bits if it is this party's pad word
     /// (the pad advances for every word).
     #[inline]
@@ -284,12 +504,6 @@ impl<'a> BitReader<'a> {
         BitReader { data, pos: 0, pad: Some(PadSplit { pad, offset: 0, split, seeded_below }) }
     }
 
-    /// The same reader at bit `pos`.
-    fn skip_to(mut self, pos: u64) -> BitReader<'a> {
-        self.pos = pos;
-        self
-    }
-
     /// Read a share word of `bits ≤ 64` bits ([`BitWriter::put_share`]).
     ///
     /// # Errors
@@ -317,13 +531,26 @@ impl<'a> BitReader<'a> {
             }
             return Ok(());
         }
-        out.reserve(count.div_ceil(64));
-        for chunk in (0..count).step_by(64) {
-            let mut w = 0u64;
-            for i in 0..(count - chunk).min(64) {
-                w |= self.get_share(1)? << i;
+        // Segments on one side of the split, 64 bits at a time.
+        let base = out.len();
+        out.resize(base + count.div_ceil(64), 0);
+        let mut i = 0;
+        while i < count {
+            let (seg, mine) = self.pad.as_mut().expect("a pad").segment(1, count - i);
+            let mut j = i;
+            while j < i + seg {
+                let k = (i + seg - j).min(64) as u32;
+                let pad = &mut self.pad.as_mut().expect("a pad").pad;
+                let v = if mine {
+                    pad.take(k)
+                } else {
+                    pad.skip(k as u64);
+                    self.get(k)?
+                };
+                place_bits(&mut out[base..], j, v, k);
+                j += k as usize;
             }
-            out.push(w);
+            i += seg;
         }
         Ok(())
     }
@@ -344,9 +571,17 @@ impl<'a> BitReader<'a> {
             return self.get_run_map(bits, count, out, map);
         }
         out.reserve(count);
-        for _ in 0..count {
-            let v = self.get_share(bits)?;
-            out.push(map(v));
+        let mut left = count;
+        while left > 0 {
+            let p = self.pad.as_mut().expect("a pad");
+            let (k, mine) = p.segment(bits, left);
+            if mine {
+                (0..k).for_each(|_| out.push(map(p.pad.take(bits))));
+            } else {
+                p.pad.skip(k as u64 * bits as u64);
+                self.get_run_map(bits, k, out, &map)?;
+            }
+            left -= k;
         }
         Ok(())
     }
@@ -692,6 +927,102 @@ mod tests {
             b.finish().unwrap();
             for (i, &v) in bits.iter().enumerate() {
                 assert_eq!((p0[i / 64] ^ p1[i / 64]) >> (i % 64) & 1, v, "split {split}, bit {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn runs_write_what_single_writes_write() {
+        use crate::pad::PadStream;
+        use crate::rng::{DealerRng, Rng, SeedableRng};
+        let mut rng = DealerRng::seed_from_u64(8);
+        // Each run behind a prefix of every length mod 64, so every accumulator state occurs.
+        for lead in 0..70u32 {
+            for bits in [1u32, 13, 50, 64] {
+                let count = 1 + (rng.next_u64() % 40) as usize;
+                let a: Vec<u64> = (0..count).map(|_| rng.next_u64() & mask(bits)).collect();
+                let b: Vec<u64> = (0..count).map(|_| rng.next_u64() & mask(bits)).collect();
+                let lead_word = rng.next_u64();
+                let singles = |w: &mut BitWriter, v: &[u64]| {
+                    w.put(lead_word, lead.min(64));
+                    w.put(lead_word, lead.saturating_sub(64));
+                    v.iter().for_each(|&x| w.put_share(x, bits));
+                    v.iter().for_each(|&x| w.put(x, 64));
+                };
+                let runs = |w: &mut BitWriter, v: &[u64]| {
+                    w.put(lead_word, lead.min(64));
+                    w.put(lead_word, lead.saturating_sub(64));
+                    w.put_share_run(bits, v.len(), |i| v[i]);
+                    w.put_u64_run(v.len(), |i| v[i]);
+                };
+                let both = |make: &dyn Fn() -> BitWriter, v: &[u64]| {
+                    let (mut x, mut y) = (make(), make());
+                    singles(&mut x, v);
+                    runs(&mut y, v);
+                    (x, y)
+                };
+                let (x, y) = both(&BitWriter::new, &a);
+                assert_eq!(x.finish(), y.finish(), "inline, lead {lead}, {bits} bits");
+                let split = lead as u64 * 3;
+                let (x, y) = both(&|| BitWriter::counting_split(split), &a);
+                assert_eq!(
+                    (x.bit_len(), x.share_bits(), x.share_bits_below()),
+                    (y.bit_len(), y.share_bits(), y.share_bits_below()),
+                    "counting, lead {lead}, {bits} bits"
+                );
+                let (x, y) = both(&BitWriter::recording_shares, &b);
+                let (theirs, theirs_run) = (x.into_shares(), y.into_shares());
+                assert_eq!(theirs, theirs_run);
+                let pad = || PadStream::new(&[3u8; 16]);
+                let (x, y) = both(&|| BitWriter::split(theirs.clone(), pad(), split, true), &a);
+                let (k0, own) = x.finish_split();
+                assert_eq!((k0.clone(), own), y.finish_split(), "split, lead {lead}, {bits} bits");
+                // One-bit words packed: the same as one by one, in every sink.
+                if bits == 1 {
+                    let packed: Vec<u64> =
+                        a.chunks(64).map(|c| c.iter().enumerate().fold(0, |w, (i, &b)| w | b << i)).collect();
+                    let makes: [&dyn Fn() -> BitWriter; 3] =
+                        [&BitWriter::new, &BitWriter::recording_shares, &|| {
+                            BitWriter::split(theirs.clone(), pad(), split, true)
+                        }];
+                    for (m, make) in makes.into_iter().enumerate() {
+                        let (mut x, mut y) = (make(), make());
+                        x.put(lead_word, lead.min(64));
+                        y.put(lead_word, lead.min(64));
+                        a.iter().for_each(|&v| x.put_share(v, 1));
+                        y.put_share_bits(a.len(), &packed);
+                        assert_eq!(x.bit_len(), y.bit_len());
+                        if m == 1 {
+                            assert_eq!(x.into_shares(), y.into_shares(), "packed record, lead {lead}");
+                        } else {
+                            assert_eq!(x.finish_split(), y.finish_split(), "packed, lead {lead}");
+                        }
+                    }
+                }
+                // Read back with the pad: runs read what single reads read.
+                let reader = || {
+                    let mut r = BitReader::with_pad(&k0, PadStream::new(&[4u8; 16]), split, true);
+                    r.get(lead.min(64)).unwrap();
+                    r.get(lead.saturating_sub(64)).unwrap();
+                    r
+                };
+                let mut r1 = reader();
+                let single: Vec<u64> = (0..count).map(|_| r1.get_share(bits).unwrap()).collect();
+                let mut r2 = reader();
+                let mut run = vec![];
+                r2.get_share_run_map(bits, count, &mut run, |v| v).unwrap();
+                assert_eq!(single, run, "read run, lead {lead}, {bits} bits");
+                assert_eq!(r1.get_run(64, count, &mut vec![]).map(|_| ()), Ok(()));
+                if bits == 1 {
+                    let mut r3 = reader();
+                    let mut packed = vec![];
+                    r3.get_share_bits_packed(count, &mut packed).unwrap();
+                    let want: Vec<u64> = single
+                        .chunks(64)
+                        .map(|c| c.iter().enumerate().fold(0, |w, (i, &b)| w | b << i))
+                        .collect();
+                    assert_eq!(packed, want, "read packed, lead {lead}");
+                }
             }
         }
     }

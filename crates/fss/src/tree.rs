@@ -112,13 +112,10 @@ impl TreeKeys {
     }
 
     pub fn write(&self, w: &mut BitWriter) {
-        for &r in &self.roots {
-            w.put_u128(r);
-        }
-        for (&lo, &hi) in self.scw_lo.iter().zip(&self.scw_hi) {
-            w.put(lo, 64);
-            w.put(hi, 64);
-        }
+        let roots = &self.roots;
+        w.put_u64_run(2 * roots.len(), |i| (roots[i / 2] >> (64 * (i % 2))) as u64);
+        let (lo, hi) = (&self.scw_lo, &self.scw_hi);
+        w.put_u64_run(2 * lo.len().min(hi.len()), |i| if i % 2 == 0 { lo[i / 2] } else { hi[i / 2] });
         for (&l, &r) in self.tcw_left.iter().zip(&self.tcw_right) {
             w.put(l, self.levels);
             w.put(r, self.levels);

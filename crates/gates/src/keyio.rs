@@ -191,7 +191,7 @@ pub fn encode_pair<K: GateKey>(
     header(&mut w, &seed0);
     k0.write(&mut w);
     let (b0, ours) = w.finish_split();
-    let mut w = BitWriter::split(ours, PadStream::new(&seed0), split, false);
+    let mut w = BitWriter::split(ours, PadStream::new(&seed0), split, false).discarding_own();
     w.reserve(8 * SEEDED_HEADER_BYTES + bits - (shares - below));
     header(&mut w, &seed1);
     k1.write(&mut w);
@@ -240,9 +240,7 @@ fn crc32(data: &[u8]) -> u32 {
 /// Append share words of `bits` bits: additive shares modulo `2^bits` of dealer values
 /// ([`BitWriter::put_share`]; the seeded encoding takes one party's from a pad).
 pub fn put_words(w: &mut BitWriter, v: &[u64], bits: u32) {
-    for &x in v {
-        w.put_share(x, bits);
-    }
+    w.put_share_run(bits, v.len(), |i| v[i]);
 }
 
 /// Read `count` share words of `bits` bits ([`put_words`]).
@@ -257,9 +255,7 @@ pub fn get_words(r: &mut BitReader<'_>, count: usize, bits: u32) -> Result<Vec<u
 
 /// Append share bits (XOR shares).
 pub fn put_bits(w: &mut BitWriter, v: &[bool]) {
-    for &b in v {
-        w.put_share(b as u64, 1);
-    }
+    w.put_share_run(1, v.len(), |i| v[i] as u64);
 }
 
 /// Read `count` share bits ([`put_bits`]).

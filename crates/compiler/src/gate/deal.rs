@@ -123,16 +123,31 @@ struct Secrets<'a> {
 }
 
 impl Secrets<'_> {
-    /// Variable `v` of element `e`.
-    fn value(&self, v: SVar, e: usize) -> Result<u64, GateError> {
-        Ok(match v {
-            SVar::Z(j) => self.z[j as usize][e] as u64,
-            SVar::R => self.r[e],
-            SVar::RShr(f) => self.r[e] >> f,
-            SVar::Kappa(k) => self.kappa[k as usize],
-            SVar::Beaver(i) => self.u[i as usize][e],
+    /// `t[e] ← t[e] · v_e^exp` for variable `v` over all elements (column by column, so that
+    /// the loops vectorise: the dealer's words are evaluated for a whole gate at once).
+    fn multiply(&self, t: &mut [u64], v: SVar, exp: u32) -> Result<(), GateError> {
+        if exp == 0 {
+            return Ok(());
+        }
+        let pow = |x: u64| if exp == 1 { x } else { x.wrapping_pow(exp) };
+        match v {
+            SVar::Z(j) => {
+                let z = &self.z[j as usize];
+                // A bit's power is the bit.
+                t.iter_mut().zip(z).for_each(|(a, &b)| *a = if b { *a } else { 0 });
+            }
+            SVar::R => t.iter_mut().zip(self.r).for_each(|(a, &x)| *a = a.wrapping_mul(pow(x))),
+            SVar::RShr(f) => t.iter_mut().zip(self.r).for_each(|(a, &x)| *a = a.wrapping_mul(pow(x >> f))),
+            SVar::Kappa(k) => {
+                let c = pow(self.kappa[k as usize]);
+                t.iter_mut().for_each(|a| *a = a.wrapping_mul(c));
+            }
+            SVar::Beaver(i) => {
+                t.iter_mut().zip(&self.u[i as usize]).for_each(|(a, &x)| *a = a.wrapping_mul(pow(x)))
+            }
             SVar::Local(_) => return Err(GateError::Params("a dealer word uses a local share".into())),
-        })
+        }
+        Ok(())
     }
 }
 
@@ -146,28 +161,29 @@ fn dealer_words<R: CryptoRng + ?Sized>(
     rng: &mut R,
 ) -> Result<[Vec<WordColumn>; 2], GateError> {
     let mut words = [Vec::new(), Vec::new()];
+    let mut vals = vec![0u64; len];
+    let mut term = vec![0u64; len];
     for w in &p.words {
-        let m = mask(w.bits);
-        let mut vals = Vec::with_capacity(len);
-        for e in 0..len {
-            let mut v = 0u64;
-            for (c, mono) in &w.value {
-                let mut t = *c;
-                for &(var, exp) in mono {
-                    t = t.wrapping_mul(s.value(var, e)?.wrapping_pow(exp as u32));
-                }
-                v = v.wrapping_add(t);
-            }
-            if let Some(o) = w.out_mask {
-                v = v.wrapping_add(rout[o * len + e]);
-            }
-            vals.push(v & m & mask(w.width));
+        match w.out_mask {
+            Some(o) => vals.copy_from_slice(&rout[o * len..(o + 1) * len]),
+            None => vals.fill(0),
         }
+        // Monomial by monomial over all elements.
+        for (c, mono) in &w.value {
+            term.fill(*c);
+            for &(var, exp) in mono {
+                s.multiply(&mut term, var, exp as u32)?;
+            }
+            vals.iter_mut().zip(&term).for_each(|(v, t)| *v = v.wrapping_add(*t));
+        }
+        let m = mask(w.bits) & mask(w.width);
+        vals.iter_mut().for_each(|v| *v &= m);
         let (a, b) = share(rng, &vals, w.width);
-        fss::wipe::wipe(&mut vals);
         words[0].push(WordColumn::new(a, w.width));
         words[1].push(WordColumn::new(b, w.width));
     }
+    fss::wipe::wipe(&mut vals);
+    fss::wipe::wipe(&mut term);
     Ok(words)
 }
 
