@@ -13,8 +13,8 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// Keep freed memory mapped for the next gate instead of returning it to the system after
 /// 10 ms (mimalloc's default): a gate's keys and buffers are tens of MB, freed and
 /// allocated again gate after gate, and every fresh page costs a fault and the kernel's
-/// zeroing (a fifth of a bert-tiny run's cycles; online 392–409 → 304–320 ms with keys on
-/// disk, CHANGELOG.md). The price is memory: the footprint stays at its high-water mark, and
+/// zeroing (`perf`: 14 % of a five-query bert-tiny run's cycles, half of a one-query run's;
+/// online 392–409 → 288–306 ms with keys on disk, CHANGELOG.md). The price is memory: the footprint stays at its high-water mark, and
 /// that mark is higher on the largest runs (BERT-large seq 128 7.4 → 9.2 GB, BERT-base seq
 /// 512 8.5 → 14.6 GB). `MIMALLOC_PURGE_DELAY` set in the environment wins.
 #[allow(unsafe_code)]

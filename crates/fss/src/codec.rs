@@ -70,12 +70,18 @@ impl Split {
     #[inline]
     fn segment(&self, bits: u32, count: usize) -> (usize, bool) {
         let below = self.offset < self.split;
-        let k = if below && bits > 0 {
-            ((self.split - self.offset).div_ceil(bits as u64)).min(count as u64) as usize
-        } else {
-            count
-        };
-        (k, below != self.seeded_below)
+        (side_run(self.offset, self.split, bits, count), below != self.seeded_below)
+    }
+}
+
+/// Of `count` words of `bits` bits from share bit `offset` on, how many lie on the first
+/// word's side of share bit `split`: those that start before it, or all of them from it on.
+#[inline]
+fn side_run(offset: u64, split: u64, bits: u32, count: usize) -> usize {
+    if offset < split && bits > 0 {
+        ((split - offset).div_ceil(bits as u64)).min(count as u64) as usize
+    } else {
+        count
     }
 }
 
@@ -205,16 +211,12 @@ impl BitWriter {
                 (0..count).for_each(|i| self.put(word(i), bits));
             }
             ShareSink::Count { offset, split, below } => {
-                // Words that start before the split: those at offsets `offset + i·bits < split`.
-                let starting_below = match (*split).checked_sub(*offset) {
-                    Some(gap) if bits > 0 => gap.div_ceil(bits as u64).min(count as u64),
-                    Some(gap) if gap > 0 => count as u64,
-                    _ => 0,
-                };
-                *below += starting_below * bits as u64;
+                if *offset < *split {
+                    *below += side_run(*offset, *split, bits, count) as u64 * bits as u64;
+                }
                 *offset += count as u64 * bits as u64;
             }
-            ShareSink::Record(w) => (0..count).for_each(|i| w.put(word(i), bits)),
+            ShareSink::Record(w) => w.put_share_run(bits, count, word),
             ShareSink::Split(_) => {
                 let ShareSink::Split(mut a) = std::mem::take(&mut self.shares) else { unreachable!() };
                 let mut i = 0;
@@ -257,12 +259,7 @@ impl BitWriter {
                     self.put(words[count / 64], (count % 64) as u32);
                 }
             }
-            ShareSink::Record(w) => {
-                w.put_u64_run(count / 64, |i| words[i]);
-                if !count.is_multiple_of(64) {
-                    w.put(words[count / 64], (count % 64) as u32);
-                }
-            }
+            ShareSink::Record(w) => w.put_share_bits(count, words),
             ShareSink::Count { .. } => self.put_share_run(1, count, |_| 0),
             ShareSink::Split(_) => {
                 let ShareSink::Split(mut a) = std::mem::take(&mut self.shares) else { unreachable!() };
@@ -463,11 +460,7 @@ impl PadSplit {
     #[inline]
     fn segment(&mut self, bits: u32, count: usize) -> (usize, bool) {
         let below = self.offset < self.split;
-        let k = if below && bits > 0 {
-            ((self.split - self.offset).div_ceil(bits as u64)).min(count as u64) as usize
-        } else {
-            count
-        };
+        let k = side_run(self.offset, self.split, bits, count);
         self.offset += k as u64 * bits as u64;
         (k, below == self.seeded_below)
     }
