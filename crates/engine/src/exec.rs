@@ -268,7 +268,7 @@ pub fn deal_step(
     // is dealt at once, one per thread (each with its own generator seeded from `rng`), then
     // handed to the sinks in node order.
     let batch = rayon::current_num_threads().clamp(1, 8);
-    let mut pending: Vec<(usize, [u8; 32])> = Vec::with_capacity(batch);
+    let mut pending: Vec<Pending> = Vec::with_capacity(batch);
     let mut done = 0;
     for (i, node) in g.nodes.iter().enumerate() {
         let out = match &gates[i] {
@@ -276,10 +276,17 @@ pub fn deal_step(
                 let Op::Carried { slot, shape } = node.op else { unreachable!() };
                 carried(slot, shape, carried_masks).map_err(|e| EngineError::program(i, e))?.to_vec()
             }
-            Some(_) => {
+            Some(gate) => {
                 let mut seed = [0u8; 32];
                 rng.fill_bytes(&mut seed);
-                pending.push((i, seed));
+                // Half of each party's share words from a pad, its tree roots from a root
+                // stream of the same seed (FuseFSS).
+                let pads = gate.seeds_shares().then(|| {
+                    let mut seeds = [[0u8; 16]; 2];
+                    seeds.iter_mut().for_each(|s| rng.fill_bytes(s));
+                    seeds
+                });
+                pending.push((i, seed, pads));
                 random_words(rng, node.shape.len(), n)
             }
             None => {
@@ -290,29 +297,22 @@ pub fn deal_step(
         masks.push(out);
         if pending.len() == batch || i + 1 == g.nodes.len() {
             let dealt = deal_batch(g, gates, &masks, &pending)?;
-            // Half of each party's share words from a pad (FuseFSS).
-            let mut seeded = Vec::with_capacity(dealt.len());
-            for (&(node, _), pair) in pending.iter().zip(&dealt) {
-                let gate = gates[node].as_deref().expect("a gate node");
-                let seed = gate.seeds_shares().then(|| {
-                    let mut seeds = [[0u8; 16]; 2];
-                    seeds.iter_mut().for_each(|s| rng.fill_bytes(s));
-                    seeds
-                });
-                let [b0, b1] = pair.sizes.stored_bytes(seed.is_some());
+            // Each party's key bytes: as encoded, or as the encoding would store them.
+            let mut account = |node: usize, [b0, b1]: [u64; 2]| {
                 report.party_key_bits[0] += 8 * b0;
                 report.party_key_bits[1] += 8 * b1;
                 charge(&mut report.by_label, g.nodes[node].label, 4 * (b0 + b1));
-                seeded.push(seed);
-            }
+            };
             if s0.wants_bytes() {
-                let encoded = encode_batch(gates, &pending, dealt, &seeded);
-                for ((node, _), [b0, b1]) in pending.drain(..).zip(encoded) {
+                let encoded = encode_batch(gates, &pending, dealt);
+                for ((node, ..), [b0, b1]) in pending.drain(..).zip(encoded) {
+                    account(node, [b0.len() as u64, b1.len() as u64]);
                     s0.gate_bytes(node, b0)?;
                     s1.gate_bytes(node, b1)?;
                 }
             } else {
-                for ((node, _), pair) in pending.drain(..).zip(dealt) {
+                for ((node, _, pads), pair) in pending.drain(..).zip(dealt) {
+                    account(node, pair.sizes.stored_bytes(pads.is_some()));
                     let gate = gates[node].as_deref().expect("a gate node");
                     s0.gate_key(node, gate, pair.k0)?;
                     s1.gate_key(node, gate, pair.k1)?;
@@ -341,21 +341,28 @@ pub fn deal_step(
     Ok((report, carry))
 }
 
-/// The keys of the gate nodes `pending` (node, seed of its own generator), made in parallel
-/// from the masks of their inputs and outputs.
+/// A gate node whose keys are to be made: the node, the seed of its own generator, and the
+/// seeds of the parties' pads and root streams if its keys are stored seeded.
+type Pending = (usize, [u8; 32], Option<[fss::pad::PadSeed; 2]>);
+
+/// The keys of the gate nodes `pending`, made in parallel from the masks of their inputs
+/// and outputs.
 fn deal_batch(
     g: &Graph,
     gates: &[Option<Box<dyn DynGate>>],
     masks: &[Vec<u64>],
-    pending: &[(usize, [u8; 32])],
+    pending: &[Pending],
 ) -> Result<Vec<crate::layers::KeyPair>, EngineError> {
     use fss::rng::SeedableRng;
     use rayon::prelude::*;
-    let one = |&(i, seed): &(usize, [u8; 32])| {
-        let node = &g.nodes[i];
+    let one = |(i, seed, pads): &Pending| {
+        let (i, node) = (*i, &g.nodes[*i]);
         let gate = gates[i].as_deref().expect("a gate node");
         let ins: Vec<&[u64]> = node.op.inputs().iter().map(|&v| masks[v].as_slice()).collect();
-        gate.keygen(&ins, &masks[i + 1], &mut DealerRng::from_seed(seed)).map_err(|e| EngineError::at(i, e))
+        fss::rng::with_root_seeds(pads.as_ref(), || {
+            gate.keygen(&ins, &masks[i + 1], &mut DealerRng::from_seed(*seed))
+        })
+        .map_err(|e| EngineError::at(i, e))
     };
     if pending.len() <= 1 {
         return pending.iter().map(one).collect();
@@ -366,14 +373,13 @@ fn deal_batch(
 /// The keys of `dealt` encoded for a bundle ([`DynGate::encode_pair`]), in parallel.
 fn encode_batch(
     gates: &[Option<Box<dyn DynGate>>],
-    pending: &[(usize, [u8; 32])],
+    pending: &[Pending],
     dealt: Vec<crate::layers::KeyPair>,
-    seeded: &[Option<[fss::pad::PadSeed; 2]>],
 ) -> Vec<[Vec<u8>; 2]> {
     use rayon::prelude::*;
     let one = |(i, pair): (usize, crate::layers::KeyPair)| {
         let gate = gates[pending[i].0].as_deref().expect("a gate node");
-        gate.encode_pair(&pair, seeded[i])
+        gate.encode_pair(&pair, pending[i].2)
     };
     if dealt.len() <= 1 {
         return dealt.into_iter().enumerate().map(one).collect();

@@ -29,7 +29,7 @@ use crate::dpf::MAX_FULL_DOMAIN_BITS;
 use crate::error::{DecodeError, FssError};
 use crate::prg::{AesBlock, HashKey, Prg, pad};
 use crate::ring::mask;
-use crate::rng::{CryptoRng, random_seed};
+use crate::rng::{CryptoRng, random_roots};
 use crate::share::Party;
 use crate::tree::{DealerTrees, TreeKeys, path_bit};
 use crate::walk::{self, Walk};
@@ -190,7 +190,7 @@ pub fn keygen<R: CryptoRng + ?Sized>(
     betas: &[u64],
     rng: &mut R,
 ) -> Result<(AdpfKeys, AdpfKeys), FssError> {
-    let roots: Vec<u128> = (0..2 * alphas.len()).map(|_| random_seed(rng)).collect();
+    let roots = random_roots(rng, alphas.len());
     keygen_with_roots(params, alphas, betas, roots)
 }
 
@@ -811,7 +811,7 @@ impl AdpfKeys {
         count: usize,
         r: &mut BitReader<'_>,
     ) -> Result<AdpfKeys, DecodeError> {
-        walk::check_remaining(r, count as u64 * params.key_bits())?;
+        walk::check_keys(r, count, params.key_bits(), 128)?;
         let tree = TreeKeys::read(r, params.levels(), count)?;
         let fcw = {
             let mut v = Vec::new();

@@ -27,7 +27,7 @@
 //! has forbidden values; it never panics.
 
 use crate::error::DecodeError;
-use crate::pad::PadStream;
+use crate::pad::{PadStream, RootStream};
 use crate::ring::mask;
 use crate::share::Party;
 
@@ -45,6 +45,11 @@ pub struct BitWriter {
     shares: ShareSink,
     /// Count the bits without keeping them ([`BitWriter::counting`]): bytes dropped so far.
     dropped: Option<u64>,
+    /// The root stream of this party's seed in a seeded encoding ([`BitWriter::with_roots`]).
+    roots: Option<RootStream>,
+    /// Bits of tree roots and runs of them written ([`BitWriter::put_roots`]).
+    root_bits: u64,
+    root_runs: u64,
 }
 
 /// A key written with its share words split ([`BitWriter::split`]).
@@ -399,6 +404,39 @@ impl BitWriter {
         self.put(b as u64, 1);
     }
 
+    /// The same writer, leaving out tree roots that are the next of `stream` (this party's
+    /// [`RootStream`] in a seeded encoding, as the dealer drew them): each run of roots
+    /// ([`BitWriter::put_roots`]) becomes one bit, set if the run is left out.
+    pub fn with_roots(mut self, stream: RootStream) -> BitWriter {
+        self.roots = Some(stream);
+        self
+    }
+
+    /// Append a run of tree roots: as 128-bit blocks, or, in a writer [`BitWriter::with_roots`],
+    /// a bit that says whether they are the next of its stream (then left out) or follow.
+    pub fn put_roots(&mut self, roots: &[u128]) {
+        self.root_bits += 128 * roots.len() as u64;
+        self.root_runs += 1;
+        if let Some(s) = &mut self.roots {
+            let derived = s.take_if_next(roots);
+            self.put_bit(derived);
+            if derived {
+                return;
+            }
+        }
+        self.put_u64_run(2 * roots.len(), |i| (roots[i / 2] >> (64 * (i % 2))) as u64);
+    }
+
+    /// Bits of the tree roots written ([`BitWriter::put_roots`]; all of them, left out or not).
+    pub fn root_bits(&self) -> u64 {
+        self.root_bits
+    }
+
+    /// Runs of tree roots written ([`BitWriter::put_roots`]).
+    pub fn root_runs(&self) -> u64 {
+        self.root_runs
+    }
+
     /// Append a 128-bit block.
     #[inline]
     pub fn put_u128(&mut self, v: u128) {
@@ -482,19 +520,39 @@ pub struct BitReader<'a> {
     pos: u64,
     /// Where share words come from in a split key ([`BitReader::with_pad`]).
     pad: Option<PadSplit>,
+    /// This party's root stream in a seeded key ([`BitReader::with_roots`]).
+    roots: Option<RootStream>,
 }
 
 impl<'a> BitReader<'a> {
     /// A reader over `data`, starting at bit 0.
     pub fn new(data: &'a [u8]) -> BitReader<'a> {
-        BitReader { data, pos: 0, pad: None }
+        BitReader { data, pos: 0, pad: None, roots: None }
     }
 
     /// A reader of a key written by [`BitWriter::split`] with the same `split` and
     /// `seeded_below`: this party's pad words are its `pad` at their share bits, the rest
     /// come from `data`.
     pub fn with_pad(data: &'a [u8], pad: PadStream, split: u64, seeded_below: bool) -> BitReader<'a> {
-        BitReader { data, pos: 0, pad: Some(PadSplit { pad, offset: 0, split, seeded_below }) }
+        BitReader { data, pos: 0, pad: Some(PadSplit { pad, offset: 0, split, seeded_below }), roots: None }
+    }
+
+    /// The same reader of a key written [`BitWriter::with_roots`] this party's `stream`.
+    pub fn with_roots(mut self, stream: RootStream) -> BitReader<'a> {
+        self.roots = Some(stream);
+        self
+    }
+
+    /// Read a run of `count` tree roots ([`BitWriter::put_roots`]), appended to `out`.
+    ///
+    /// # Errors
+    /// [`DecodeError::Truncated`] if the stream is short.
+    pub fn get_roots(&mut self, count: usize, out: &mut Vec<u128>) -> Result<(), DecodeError> {
+        if self.roots.is_some() && self.get_bit()? {
+            self.roots.as_mut().expect("checked").take(count, out);
+            return Ok(());
+        }
+        self.get_u128_run(count, out)
     }
 
     /// Read a share word of `bits ≤ 64` bits ([`BitWriter::put_share`]).
@@ -1092,5 +1150,65 @@ mod tests {
         let mut r = BitReader::new(&[0x80]);
         r.get(3).unwrap();
         assert!(r.finish().is_err());
+    }
+}
+
+#[cfg(test)]
+mod root_tests {
+    use super::*;
+
+    /// A key's runs of tree roots: left out where they are the next of the writer's root
+    /// stream (one bit each), written in full otherwise, and read back from the same stream
+    /// or the data; plain writers and readers keep them whole.
+    #[test]
+    fn roots_are_left_out_only_where_they_are_the_streams_next() {
+        let seed = [5u8; 16];
+        let mut next = Vec::new();
+        let mut s = RootStream::new(&seed);
+        s.take(7, &mut next);
+        let (first, second) = (next[..3].to_vec(), next[3..].to_vec());
+        let other: Vec<u128> = (1..=4u128).map(|i| i << 1).collect();
+        let write = |w: &mut BitWriter| {
+            w.put(0b101, 3);
+            w.put_roots(&first);
+            w.put_roots(&other);
+            w.put_roots(&[]);
+            w.put_roots(&second);
+            w.put(9, 5);
+        };
+        let mut seeded = BitWriter::new().with_roots(RootStream::new(&seed));
+        write(&mut seeded);
+        let mut count = BitWriter::counting();
+        write(&mut count);
+        assert_eq!((count.root_bits(), count.root_runs()), (128 * 11, 4));
+        assert_eq!(count.bit_len(), 8 + 128 * 11);
+        // Three runs left out (the empty one too), one written: 4 flag bits and 4 roots.
+        assert_eq!(seeded.bit_len(), 8 + 4 + 128 * 4);
+        let bytes = seeded.finish();
+        let mut r = BitReader::new(&bytes).with_roots(RootStream::new(&seed));
+        assert_eq!(r.get(3).unwrap(), 0b101);
+        let mut got = Vec::new();
+        for want in [&first[..], &other[..], &[][..], &second[..]] {
+            got.clear();
+            r.get_roots(want.len(), &mut got).unwrap();
+            assert_eq!(got, want);
+        }
+        assert_eq!(r.get(5).unwrap(), 9);
+        r.finish().unwrap();
+        // Plain: every root in the data, no flag.
+        let mut plain = BitWriter::new();
+        write(&mut plain);
+        assert_eq!(plain.bit_len(), 8 + 128 * 11);
+        let bytes = plain.finish();
+        let mut r = BitReader::new(&bytes);
+        r.get(3).unwrap();
+        got.clear();
+        r.get_roots(3, &mut got).unwrap();
+        assert_eq!(got, first);
+        // Another party's stream does not regenerate them.
+        let mut r = BitReader::new(&[0xff; 64]).with_roots(RootStream::new(&[6u8; 16]));
+        got.clear();
+        r.get_roots(2, &mut got).unwrap();
+        assert_ne!(got[..], next[..2]);
     }
 }

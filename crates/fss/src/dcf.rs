@@ -19,7 +19,7 @@ use crate::codec::{self, BitReader, BitWriter, Header, KeyKind};
 use crate::error::{DecodeError, FssError};
 use crate::prg::{AesBlock, HashKey, Prg, pad};
 use crate::ring::mask;
-use crate::rng::{CryptoRng, random_seed};
+use crate::rng::{CryptoRng, random_roots};
 use crate::share::{AddShare, Party};
 use crate::tree::{DealerTrees, TreeKeys, path_bit};
 use crate::walk::{self, Walk};
@@ -144,7 +144,7 @@ pub fn keygen<R: CryptoRng + ?Sized>(
     betas: &[u64],
     rng: &mut R,
 ) -> Result<(DcfKeys, DcfKeys), FssError> {
-    let roots: Vec<u128> = (0..2 * alphas.len()).map(|_| random_seed(rng)).collect();
+    let roots = random_roots(rng, alphas.len());
     keygen_with_roots(params, alphas, betas, roots)
 }
 
@@ -523,7 +523,7 @@ impl DcfKeys {
         count: usize,
         r: &mut BitReader<'_>,
     ) -> Result<DcfKeys, DecodeError> {
-        walk::check_remaining(r, count as u64 * params.key_bits())?;
+        walk::check_keys(r, count, params.key_bits(), 128)?;
         let tree = TreeKeys::read(r, params.domain_bits, count)?;
         let kw = params.words();
         let mut vcw = Vec::new();

@@ -109,6 +109,68 @@ impl PadStream {
     }
 }
 
+/// The root seeds of one party's trees, expanded from the party's pad seed: AES-128 in
+/// counter mode under `AES_seed(2^128 − 1)`, a key the pad itself never outputs (its counter
+/// starts at 0), one seed per block with its control bit cleared.
+///
+/// A DPF or DCF key's root seeds are uniform and independent per party; the correction words
+/// depend on both. The dealer of a seeded encoding draws each party's roots from this stream
+/// of the party's own seed while it generates the keys ([`crate::rng::with_root_seeds`]), and
+/// the encoding leaves them out: the party regenerates them, in the order the trees are
+/// read, from the seed it already holds. The other party's roots stay pseudorandom to it
+/// (it never sees that seed), which is all the DPF's security asks of them.
+pub struct RootStream {
+    cipher: Aes128Enc,
+    ctr: u128,
+}
+
+impl std::fmt::Debug for RootStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RootStream(..)")
+    }
+}
+
+impl RootStream {
+    /// The root stream of `seed`, from its first root.
+    pub fn new(seed: &PadSeed) -> RootStream {
+        let mut key = AesBlock::from(u128::MAX.to_le_bytes());
+        Aes128Enc::new(seed.into()).encrypt_block(&mut key);
+        let cipher = Aes128Enc::new(&key);
+        key.as_mut_slice().zeroize();
+        RootStream { cipher, ctr: 0 }
+    }
+
+    /// Append the next `count` roots to `out`.
+    pub fn take(&mut self, count: usize, out: &mut Vec<u128>) {
+        let mut blocks = [AesBlock::default(); CHUNK];
+        let mut left = count;
+        while left > 0 {
+            let k = left.min(CHUNK);
+            for b in &mut blocks[..k] {
+                *b = self.ctr.to_le_bytes().into();
+                self.ctr += 1;
+            }
+            self.cipher.encrypt_blocks(&mut blocks[..k]);
+            out.extend(blocks[..k].iter().map(|b| u128::from_le_bytes((*b).into()) & !1u128));
+            left -= k;
+        }
+        blocks.iter_mut().for_each(|b| b.as_mut_slice().zeroize());
+    }
+
+    /// Whether `roots` are the stream's next roots; if so, pass over them.
+    pub fn take_if_next(&mut self, roots: &[u128]) -> bool {
+        let mut expect = Vec::with_capacity(roots.len());
+        let ctr = self.ctr;
+        self.take(roots.len(), &mut expect);
+        let same = expect == roots;
+        expect.zeroize();
+        if !same {
+            self.ctr = ctr;
+        }
+        same
+    }
+}
+
 impl Drop for PadStream {
     fn drop(&mut self) {
         self.buf.zeroize();
@@ -151,5 +213,32 @@ mod tests {
             assert_eq!(a.take(37), b.take(37));
         }
         assert_ne!(PadStream::new(&[8; 16]).take(64), PadStream::new(&[7; 16]).take(64));
+    }
+
+    #[test]
+    fn root_streams_are_their_seeds_and_apart_from_the_pad() {
+        let (mut a, mut b) = (RootStream::new(&[3; 16]), RootStream::new(&[3; 16]));
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        a.take(300, &mut x);
+        for _ in 0..3 {
+            b.take(100, &mut y);
+        }
+        assert_eq!(x, y);
+        assert!(x.iter().all(|r| r & 1 == 0));
+        let distinct: std::collections::HashSet<_> = x.iter().collect();
+        assert_eq!(distinct.len(), 300);
+        // Not the pad's blocks, and another seed's stream differs.
+        let mut pad = PadStream::new(&[3; 16]);
+        let first = pad.take(64) as u128 | (pad.take(64) as u128) << 64;
+        assert_ne!(first & !1, x[0]);
+        let mut other = Vec::new();
+        RootStream::new(&[4; 16]).take(1, &mut other);
+        assert_ne!(other[0], x[0]);
+        // `take_if_next` passes over a run only if it is the next one.
+        let mut c = RootStream::new(&[3; 16]);
+        assert!(!c.take_if_next(&x[1..3]));
+        assert!(c.take_if_next(&x[..2]));
+        assert!(c.take_if_next(&[]));
+        assert!(c.take_if_next(&x[2..5]));
     }
 }

@@ -112,8 +112,7 @@ impl TreeKeys {
     }
 
     pub fn write(&self, w: &mut BitWriter) {
-        let roots = &self.roots;
-        w.put_u64_run(2 * roots.len(), |i| (roots[i / 2] >> (64 * (i % 2))) as u64);
+        w.put_roots(&self.roots);
         let (lo, hi) = (&self.scw_lo, &self.scw_hi);
         w.put_u64_run(2 * lo.len().min(hi.len()), |i| if i % 2 == 0 { lo[i / 2] } else { hi[i / 2] });
         for (&l, &r) in self.tcw_left.iter().zip(&self.tcw_right) {
@@ -123,15 +122,16 @@ impl TreeKeys {
     }
 
     pub fn read(r: &mut BitReader<'_>, levels: u32, keys: usize) -> Result<TreeKeys, DecodeError> {
-        let needed = keys as u64 * TreeKeys::key_bits(levels);
+        let mut t = TreeKeys::with_capacity(levels, keys);
+        r.get_roots(keys, &mut t.roots)?;
+        // (The roots may come from the party's root stream: the rest is in the data.)
+        let needed = keys as u64 * (TreeKeys::key_bits(levels) - 128);
         if r.remaining_bits() < needed {
             return Err(DecodeError::Truncated {
                 needed: needed.div_ceil(8) as usize,
                 available: (r.remaining_bits() / 8) as usize,
             });
         }
-        let mut t = TreeKeys::with_capacity(levels, keys);
-        r.get_u128_run(keys, &mut t.roots)?;
         if t.roots.iter().any(|root| root & 1 != 0) {
             return Err(DecodeError::InvalidField("root seed has its control bit set"));
         }

@@ -295,6 +295,18 @@ pub(crate) fn index(i: usize, len: usize) -> Result<u32, FssError> {
     Ok(i as u32)
 }
 
+/// Fail early (before allocating) if the stream cannot hold the material of `count` keys of
+/// `key_bits` bits each, of which `root_bits` may come from the party's root stream instead
+/// ([`BitReader::get_roots`]).
+pub(crate) fn check_keys(
+    r: &BitReader<'_>,
+    count: usize,
+    key_bits: u64,
+    root_bits: u64,
+) -> Result<(), DecodeError> {
+    check_remaining(r, count as u64 * (key_bits - root_bits))
+}
+
 /// Fail early (before allocating) if the stream cannot hold `bits` more bits.
 pub(crate) fn check_remaining(r: &BitReader<'_>, bits: u64) -> Result<(), DecodeError> {
     if r.remaining_bits() < bits {

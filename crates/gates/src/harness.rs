@@ -2,8 +2,9 @@
 //! elements; each round's openings are exchanged in memory and counted.
 //!
 //! The keys go through their bundle encoding ([`encode_pair`], half of each party's share
-//! words from a pad) before use, so a run also checks that a key is complete, that its size is
-//! what is reported, and that the words it marks as shares are shares.
+//! words from a pad, its tree roots from its root stream) before use, so a run also checks
+//! that a key is complete, that its size is what is reported, that the words it marks as
+//! shares are shares, and that its trees are written in the order they were dealt.
 
 use std::time::{Duration, Instant};
 
@@ -92,15 +93,20 @@ pub fn run_with_masks<G: Gate, R: CryptoRng + ?Sized>(
         .collect();
     let masked: Vec<&[u64]> = masked.iter().map(Vec::as_slice).collect();
 
-    let t = Instant::now();
-    let (k0, k1) = gate.keygen(masks_in, mask_out, rng)?;
-    let keygen = t.elapsed();
-    let shape = gate.key_shape();
-    // Through the bundle encoding, half of each party's share words from a pad, so that
-    // every gate's test also checks which of its words are shares.
+    // Through the bundle encoding, half of each party's share words from a pad and its
+    // tree roots from its root stream, so that every gate's test also checks which of its
+    // words are shares and that its trees are written in the order they were dealt.
     let mut seeds = [[0u8; 16]; 2];
     seeds.iter_mut().for_each(|s| rng.fill_bytes(s));
-    let [b0, b1] = encode_pair(&k0, &k1, &KeySizes::of(&k0), Some(seeds));
+    let t = Instant::now();
+    let (k0, k1) = fss::rng::with_root_seeds(Some(&seeds), || gate.keygen(masks_in, mask_out, rng))?;
+    let keygen = t.elapsed();
+    let shape = gate.key_shape();
+    let sizes = KeySizes::of(&k0);
+    let [b0, b1] = encode_pair(&k0, &k1, &sizes, Some(seeds));
+    let [s0, s1] = sizes.stored_bytes(true);
+    check_len("seeded key bytes of party 0", s0 as usize, b0.len())?;
+    check_len("seeded key bytes of party 1", s1 as usize, b1.len())?;
     let k0 = decode_keyed::<G::Key>(&shape, Party::P0, &b0)?;
     let k1 = decode_keyed::<G::Key>(&shape, Party::P1, &b1)?;
     let key_bits = [k0.bits(), k1.bits()];

@@ -17,7 +17,7 @@
 //! ```
 
 use fss::codec::{BitReader, BitWriter};
-use fss::pad::{PadSeed, PadStream};
+use fss::pad::{PadSeed, PadStream, RootStream};
 use fss::{DecodeError, Party};
 
 /// The key of one gate instance.
@@ -114,6 +114,11 @@ pub struct KeySizes {
     /// The share bits of the words that start before the split of a seeded encoding
     /// ([`share_split`]).
     pub below: u64,
+    /// The bits of the key's tree roots, which a seeded encoding leaves out
+    /// ([`fss::pad::RootStream`]), and the runs they come in (a bit each in its place).
+    pub roots: u64,
+    /// See `roots`.
+    pub root_runs: u64,
 }
 
 impl KeySizes {
@@ -124,7 +129,13 @@ impl KeySizes {
         let shares = w.share_bits();
         let mut c = BitWriter::counting_split(share_split(shares));
         key.write(&mut c);
-        KeySizes { bits: w.bit_len() + shares, shares, below: c.share_bits_below() }
+        KeySizes {
+            bits: w.bit_len() + shares,
+            shares,
+            below: c.share_bits_below(),
+            roots: w.root_bits(),
+            root_runs: w.root_runs(),
+        }
     }
 
     /// Bytes of each party's key as [`encode_pair`] writes it, seeded or not.
@@ -132,7 +143,7 @@ impl KeySizes {
         if !seeded {
             return [1 + self.bits.div_ceil(8); 2];
         }
-        let rest = self.bits - self.shares;
+        let rest = self.bits - self.shares - self.roots + self.root_runs;
         // Party 0 keeps its words from the split on, party 1 those before it.
         [self.shares - self.below, self.below].map(|k| SEEDED_HEADER_BYTES + (rest + k).div_ceil(8))
     }
@@ -153,9 +164,11 @@ pub const SEEDED_HEADER_BYTES: u64 = 25;
 /// `seeds`, each party's key has half of its share words from the pad of its own seed
 /// ([`fss::pad`]): party 0's words that start before the split ([`share_split`]), party
 /// 1's from it on; only the seed and the split are stored in their place, and the other
-/// party's word of each pair is the value minus that pad. A party never sees the other's
-/// seed. Without, both keys are [`GateKey::to_bytes`] behind a zero byte. `sizes` are the
-/// keys' ([`KeySizes::of`]).
+/// party's word of each pair is the value minus that pad. The roots of the keys' trees
+/// are left out where they are the next of the party's [`RootStream`] of the same seed (the
+/// dealer draws them so inside [`fss::rng::with_root_seeds`]); the party regenerates them.
+/// A party never sees the other's seed. Without, both keys are [`GateKey::to_bytes`] behind
+/// a zero byte. `sizes` are the keys' ([`KeySizes::of`]).
 pub fn encode_pair<K: GateKey>(
     k0: &K,
     k1: &K,
@@ -163,7 +176,7 @@ pub fn encode_pair<K: GateKey>(
     seeds: Option<[PadSeed; 2]>,
 ) -> [Vec<u8>; 2] {
     // Each key written once into a buffer of its final size, behind its header.
-    let KeySizes { bits, shares, below } = *sizes;
+    let KeySizes { bits, shares, below, .. } = *sizes;
     let Some([seed0, seed1]) = seeds else {
         let plain = |k: &K| {
             let mut w = BitWriter::with_prefix(Vec::with_capacity(1 + bits.div_ceil(8) as usize + 8));
@@ -186,12 +199,15 @@ pub fn encode_pair<K: GateKey>(
     let mut w = BitWriter::recording_shares();
     k1.write(&mut w);
     let theirs = w.into_shares();
-    let mut w = BitWriter::split(theirs, PadStream::new(&seed1), split, true);
+    let mut w =
+        BitWriter::split(theirs, PadStream::new(&seed1), split, true).with_roots(RootStream::new(&seed0));
     w.reserve(8 * SEEDED_HEADER_BYTES + bits - below);
     header(&mut w, &seed0);
     k0.write(&mut w);
     let (b0, ours) = w.finish_split();
-    let mut w = BitWriter::split(ours, PadStream::new(&seed0), split, false).discarding_own();
+    let mut w = BitWriter::split(ours, PadStream::new(&seed0), split, false)
+        .discarding_own()
+        .with_roots(RootStream::new(&seed1));
     w.reserve(8 * SEEDED_HEADER_BYTES + bits - (shares - below));
     header(&mut w, &seed1);
     k1.write(&mut w);
@@ -212,7 +228,8 @@ pub fn decode_keyed<K: GateKey>(shape: &K::Shape, party: Party, bytes: &[u8]) ->
                 bytes.get(1..head).ok_or(DecodeError::Truncated { needed: head, available: bytes.len() })?;
             let seed: PadSeed = h[..16].try_into().expect("16 bytes");
             let split = u64::from_le_bytes(h[16..].try_into().expect("8 bytes"));
-            let mut r = BitReader::with_pad(&bytes[head..], PadStream::new(&seed), split, party == Party::P0);
+            let mut r = BitReader::with_pad(&bytes[head..], PadStream::new(&seed), split, party == Party::P0)
+                .with_roots(RootStream::new(&seed));
             let k = K::read(shape, party, &mut r)?;
             r.finish()?;
             Ok(k)

@@ -20,8 +20,8 @@
 //! Sections come in program order: the input mask share, one key per gate node, the output
 //! mask share. A gate key's section starts with a header byte: `0` for a key with all its
 //! share words, `1` for a FuseFSS key half of whose share words are the pad of the party's
-//! own 16-byte seed that follows, split at the share bit in the next 8 bytes
-//! (`gates::keyio::encode_pair`). CRCs detect corruption, not tampering: the dealer-to-server path is trusted
+//! own 16-byte seed that follows, split at the share bit in the next 8 bytes, and whose
+//! tree roots come from the root stream of the same seed (`gates::keyio::encode_pair`). CRCs detect corruption, not tampering: the dealer-to-server path is trusted
 //! (SECURITY.md).
 
 use std::any::Any;
@@ -55,8 +55,8 @@ pub const VERSION: u16 = 2;
 /// 8: FuseFSS GeLU's rows stop where its residual is below their error (178 rows);
 /// LayerNorm's `1/σ` grid in runs of `2^12` positions (three runs at n = 37). 9: FuseFSS
 /// softmax's `e^{−x}` in rows of 64 ulps. 10: FuseFSS keys seeded (half of each party's share
-/// words from a pad).
-pub const PROTOCOL_REVISION: u64 = 10;
+/// words from a pad). 11: FuseFSS keys' tree roots from the parties' root streams.
+pub const PROTOCOL_REVISION: u64 = 11;
 const KIND_INPUT: u8 = 1;
 const KIND_GATE: u8 = 2;
 const KIND_OUTPUT: u8 = 3;

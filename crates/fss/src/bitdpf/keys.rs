@@ -3,7 +3,7 @@
 use crate::codec::{self, BitReader, BitWriter, Header, KeyKind};
 use crate::error::{DecodeError, FssError};
 use crate::prg::Prg;
-use crate::rng::{CryptoRng, random_block, random_seed};
+use crate::rng::{CryptoRng, random_block, random_roots};
 use crate::share::{Party, XorBit};
 use crate::tree::{DealerTrees, TreeKeys, path_bit};
 use crate::walk;
@@ -120,7 +120,7 @@ pub fn keygen<R: CryptoRng + ?Sized>(
     }
     let (n, levels) = (params.domain_bits, params.levels());
     let prg = Prg::global();
-    let roots: Vec<u128> = (0..2 * m).map(|_| random_seed(rng)).collect();
+    let roots = random_roots(rng, m);
     let mut trees = DealerTrees::new(roots, levels - 1);
     for i in 0..levels - 1 {
         trees.expand(prg);
@@ -210,7 +210,7 @@ impl BitDpfKeys {
         count: usize,
         r: &mut BitReader<'_>,
     ) -> Result<BitDpfKeys, DecodeError> {
-        walk::check_remaining(r, count as u64 * params.key_bits())?;
+        walk::check_keys(r, count, params.key_bits(), if params.is_table() { 0 } else { 128 })?;
         if params.is_table() {
             let bits = 1u32 << params.domain_bits;
             let mut leaf_cw = Vec::with_capacity(count);
