@@ -215,24 +215,53 @@ impl DynGate for SeedsShares {
 /// one-round truncations were a sixth of its key per token).
 pub const ONE_ROUND_TRUNC_MAX: usize = 1024;
 
+/// How many low bits of each value its readers read: the FuseFSS GeLU and SiLU read their
+/// input mod `2^{n−f}` (slack specs), its softmax mod `2^{n−f+1}` (max tree and `e^{−x}`);
+/// rows, gathers and stacks as many as the readers of what they make; every other reader,
+/// the program's output and a carried value read all `n`. A truncation whose readers all
+/// read fewer bits opens only those ([`ArsSlack::out_bits`]); in the SIGMA implementation
+/// every reader reads `n`.
+fn read_bits(g: &Graph, imp: Impl) -> Vec<u32> {
+    let (n, f) = (g.n, g.f);
+    let mut bits = vec![0u32; g.nodes.len() + 1];
+    bits[g.output] = n;
+    g.carry.iter().for_each(|&v| bits[v] = n);
+    for (i, node) in g.nodes.iter().enumerate().rev() {
+        let reads = match node.op {
+            Op::Gelu { .. } | Op::Silu { .. } if imp == Impl::Fusefss => n - f,
+            Op::Softmax { .. } if imp == Impl::Fusefss => n - f + 1,
+            Op::Rows { .. } | Op::Gather { .. } | Op::Concat { .. } => bits[i + 1],
+            _ => n,
+        };
+        for v in node.op.inputs() {
+            bits[v] = bits[v].max(reads.min(n));
+        }
+    }
+    bits
+}
+
 /// The gate of every gate node of `g` for `imp` (`None` for local nodes).
 ///
 /// # Errors
 /// [`SpecError`] if a compiled operator cannot be built for these widths.
 pub fn build(g: &Graph, imp: Impl) -> Result<Vec<Option<Box<dyn DynGate>>>, SpecError> {
     let (n, f) = (g.n, g.f);
+    let reads = read_bits(g, imp);
     let mut out: Vec<Option<Box<dyn DynGate>>> = Vec::with_capacity(g.nodes.len());
-    for node in &g.nodes {
+    for (i, node) in g.nodes.iter().enumerate() {
         let len = node.shape.len();
         let s = node.shape;
         let gate: Option<Box<dyn DynGate>> = match &node.op {
             // FuseFSS takes one round for small tensors (pooling), where the larger key of
             // the DCF carry does not matter; products' truncations keep SIGMA's two rounds.
+            // Either opens only the bits its readers read.
             Op::Trunc { shift, .. } if imp == Impl::Fusefss && len <= ONE_ROUND_TRUNC_MAX => {
-                Some(Box::new(Erased(ArsSlackDcf { bits: n, shift: *shift, len })))
+                let out_bits = reads[i + 1].max(n - shift);
+                Some(Box::new(Erased(ArsSlackDcf { bits: n, shift: *shift, out_bits, len })))
             }
             Op::Trunc { shift, .. } => {
-                Some(Box::new(Erased(ArsSlack { bits: n, shift: *shift, out_bits: n, len })))
+                let out_bits = reads[i + 1].max(n - shift);
+                Some(Box::new(Erased(ArsSlack { bits: n, shift: *shift, out_bits, len })))
             }
             Op::MatMul { count, m, k, n: cols, .. } => {
                 Some(Box::new(Erased(BatchedMatMul { bits: n, count: *count, m: *m, k: *k, n: *cols })))
@@ -305,3 +334,40 @@ pub type NodeGates = Vec<Option<Box<dyn DynGate>>>;
 
 /// Shared handle to the gates of a program.
 pub type Gates = Arc<Vec<Option<Box<dyn DynGate>>>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Shape;
+    use crate::weights::Weights;
+
+    /// A truncation read only by FuseFSS's GeLU (through rows and a stack) or softmax opens
+    /// only their bits; read by anything else, or in the SIGMA implementation, all `n`.
+    #[test]
+    fn truncations_open_the_bits_their_readers_read() {
+        let (n, f) = (37, 12);
+        let mut g = Graph::new(n, f, Shape::new(4, 4));
+        let w = Weights::from_ring(&[1; 16], n);
+        let y = g.push(Op::Linear { x: 0, w, b: None, out: 4 }, "linear").unwrap();
+        let t1 = g.push(Op::Trunc { x: y, shift: f }, "truncation").unwrap();
+        let top = g.push(Op::Rows { x: t1, start: 0, count: 2 }, "rows").unwrap();
+        let bottom = g.push(Op::Rows { x: t1, start: 2, count: 2 }, "rows").unwrap();
+        let both = g.push(Op::Concat { a: top, b: bottom }, "rows").unwrap();
+        let a = g.push(Op::Gelu { x: both, tanh: false }, "gelu").unwrap();
+        let t2 = g.push(Op::Trunc { x: a, shift: f }, "truncation").unwrap();
+        let s = g.push(Op::Softmax { x: t2, causal: false }, "softmax").unwrap();
+        let t3 = g.push(Op::Trunc { x: s, shift: f }, "truncation").unwrap();
+        let t4 = g.push(Op::Trunc { x: t3, shift: f }, "truncation").unwrap();
+        g.output = g.push(Op::Add { a: t4, b: t2 }, "residual").unwrap();
+        let fuse = read_bits(&g, Impl::Fusefss);
+        assert_eq!([fuse[t1], fuse[top], fuse[both]], [n - f; 3]);
+        // Read by the softmax and by an addition: all bits.
+        assert_eq!([fuse[t2], fuse[t3], fuse[t4]], [n; 3]);
+        assert!(read_bits(&g, Impl::Sigma).iter().skip(1).all(|&b| b == n));
+        // Read by the softmax alone: its bits.
+        g.output = s;
+        g.nodes.truncate(s);
+        let fuse = read_bits(&g, Impl::Fusefss);
+        assert_eq!(fuse[t2], n - f + 1);
+    }
+}

@@ -62,3 +62,28 @@ fn chunked_programs_equal_the_whole_and_are_exact() {
         }
     }
 }
+
+/// FuseFSS's truncations open only the bits their readers read: the programs' results are
+/// those of full-width truncations (SIGMA's gates in their place) on inputs across the range.
+#[test]
+fn narrow_truncations_change_no_result() {
+    let mut r = DealerRng::seed_from_u64(13);
+    for (n, decoder, seq) in [(37u32, false, 5usize), (37, true, 4), (50, true, 3), (50, false, 4)] {
+        let f = 12;
+        let g = layer_graph(n, f, seq, 8, 2, 16, decoder, &mut r);
+        let narrow = build(&g, Impl::Fusefss).unwrap();
+        let mut full = build(&g, Impl::Fusefss).unwrap();
+        let mut sigma = build(&g, Impl::Sigma).unwrap();
+        for (i, node) in g.nodes.iter().enumerate() {
+            if matches!(node.op, engine::Op::Trunc { .. }) {
+                full[i] = sigma[i].take();
+            }
+        }
+        for scale in [0.3, 2.0, 9.0] {
+            let x: Vec<f64> =
+                (0..seq * 8).map(|i| (((i * 53 + 7) % 61) as f64 / 30.0 - 1.0) * scale).collect();
+            let x = quantize(&x, f, n);
+            assert_eq!(plain(&g, &narrow, &x), plain(&g, &full, &x), "n {n} decoder {decoder} scale {scale}");
+        }
+    }
+}

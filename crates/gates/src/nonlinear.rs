@@ -289,6 +289,9 @@ pub struct ArsSlackDcf {
     pub bits: u32,
     /// Shift `s`, `1 ≤ s ≤ n − 2`.
     pub shift: u32,
+    /// Width of the output ring, `n − s ≤ out_bits ≤ n`: the result mod `2^out_bits`, for
+    /// consumers that read no more bits of it (the DCF's payload and the words are that wide).
+    pub out_bits: u32,
     /// Elements.
     pub len: usize,
 }
@@ -323,9 +326,9 @@ impl GateKey for ArsSlackDcfKey {
     fn read(s: &ArsSlackDcf, party: Party, r: &mut BitReader<'_>) -> Result<ArsSlackDcfKey, DecodeError> {
         let params = s.dcf_params().map_err(|_| DecodeError::InvalidField("shift widths"))?;
         let dcf = DcfKeys::read_material(params, party, s.len, r)?;
-        let corr = get_words(r, s.len, s.bits)?;
-        let wrap = get_words(r, s.len, s.bits)?;
-        Ok(ArsSlackDcfKey { party, bits: s.bits, dcf, corr, wrap })
+        let corr = get_words(r, s.len, s.out_bits)?;
+        let wrap = get_words(r, s.len, s.out_bits)?;
+        Ok(ArsSlackDcfKey { party, bits: s.out_bits, dcf, corr, wrap })
     }
 }
 
@@ -335,14 +338,22 @@ impl ArsSlackDcf {
     }
 
     fn output_width(&self) -> u32 {
-        self.bits
+        self.out_bits
     }
 
     pub(crate) fn dcf_params(&self) -> Result<DcfParams, GateError> {
-        if self.bits < 3 || self.shift == 0 || self.shift > self.bits - 2 {
+        if self.bits < 3 || self.bits > 64 || self.shift == 0 || self.shift > self.bits - 2 {
             return Err(GateError::Params(format!("shift {} with slack on {} bits", self.shift, self.bits)));
         }
-        Ok(DcfParams::new(self.shift, self.bits, 1)?)
+        if self.out_bits < self.bits - self.shift || self.out_bits > self.bits {
+            return Err(GateError::Params(format!(
+                "output width {} outside {}..={}",
+                self.out_bits,
+                self.bits - self.shift,
+                self.bits
+            )));
+        }
+        Ok(DcfParams::new(self.shift, self.out_bits, 1)?)
     }
 
     /// `2^{n−2}`, the offset that makes a contracted input non-negative.
@@ -362,16 +373,17 @@ impl ArsSlackDcf {
     ) -> Result<(ArsSlackDcfKey, ArsSlackDcfKey), GateError> {
         let params = self.dcf_params()?;
         check_len("masks", self.len, r.len())?;
-        let (n, s, m) = (self.bits, self.shift, mask(self.bits));
+        let (n, s, ob) = (self.bits, self.shift, self.out_bits);
+        let (mn, m) = (mask(n), mask(ob));
         let lows: Vec<u64> = r.iter().map(|&r| r & mask(s)).collect();
         let (k0, k1) = dcf::keygen(params, &lows, &vec![1; self.len], rng)?;
-        let corr: Vec<u64> = r.iter().zip(rout).map(|(&r, &o)| o.wrapping_sub((r & m) >> s) & m).collect();
-        let wrap: Vec<u64> = r.iter().map(|&r| (((r & m) >> (n - 1)) << (n - s)) & m).collect();
-        let (c0, c1) = share(rng, &corr, n);
-        let (w0, w1) = share(rng, &wrap, n);
+        let corr: Vec<u64> = r.iter().zip(rout).map(|(&r, &o)| o.wrapping_sub((r & mn) >> s) & m).collect();
+        let wrap: Vec<u64> = r.iter().map(|&r| (((r & mn) >> (n - 1)) << (n - s)) & m).collect();
+        let (c0, c1) = share(rng, &corr, ob);
+        let (w0, w1) = share(rng, &wrap, ob);
         Ok((
-            ArsSlackDcfKey { party: Party::P0, bits: n, dcf: k0, corr: c0, wrap: w0 },
-            ArsSlackDcfKey { party: Party::P1, bits: n, dcf: k1, corr: c1, wrap: w1 },
+            ArsSlackDcfKey { party: Party::P0, bits: ob, dcf: k0, corr: c0, wrap: w0 },
+            ArsSlackDcfKey { party: Party::P1, bits: ob, dcf: k1, corr: c1, wrap: w1 },
         ))
     }
 
@@ -381,8 +393,8 @@ impl ArsSlackDcf {
     /// As [`Gate::eval`].
     pub async fn run(&self, ctx: &Ctx, key: &ArsSlackDcfKey, xh: &[u64]) -> Result<Vec<u64>, GateError> {
         self.dcf_params()?;
-        let (n, s, m) = (self.bits, self.shift, mask(self.bits));
-        let uh: Vec<u64> = xh.iter().map(|&x| x.wrapping_add(self.offset()) & m).collect();
+        let (n, s, m) = (self.bits, self.shift, mask(self.out_bits));
+        let uh: Vec<u64> = xh.iter().map(|&x| x.wrapping_add(self.offset()) & mask(n)).collect();
         let lows: Vec<u64> = uh.iter().map(|&u| u & mask(s)).collect();
         let mut carry = vec![AddShare::default(); self.len];
         key.dcf.eval(&lows, &mut carry)?;
@@ -398,13 +410,14 @@ impl ArsSlackDcf {
                     & m
             })
             .collect();
-        ctx.open(&y, n).await
+        ctx.open(&y, self.out_bits).await
     }
 
-    /// The plaintext result: `⌊x / 2^s⌋` of the signed `x` (exact when `|x| < 2^{n−2}`, which
-    /// the caller guarantees; the secure result equals it then).
+    /// The plaintext result: `⌊x / 2^s⌋` of the signed `x`, mod `2^out_bits` (exact when
+    /// `|x| < 2^{n−2}`, which the caller guarantees; the secure result equals it then).
     pub fn plain(&self, x: u64) -> u64 {
         Ring::new(self.bits).map_or(0, |ring| ring.from_signed(ring.to_signed(x) >> self.shift))
+            & mask(self.out_bits)
     }
 }
 unary!(ArsSlackDcf, ArsSlackDcfKey);

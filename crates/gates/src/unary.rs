@@ -115,7 +115,7 @@ impl UnaryFamily for SlackShift {
     type Gate = ArsSlackDcf;
 
     fn gate(&self, len: usize) -> Result<ArsSlackDcf, GateError> {
-        let g = ArsSlackDcf { bits: self.bits, shift: self.shift, len };
+        let g = ArsSlackDcf { bits: self.bits, shift: self.shift, out_bits: self.bits, len };
         g.dcf_params()?;
         Ok(g)
     }

@@ -158,15 +158,18 @@ fn ars_slack_dcf_exhaustive_small_and_random_large() {
         let q = 1i64 << (bits - 2);
         let values: Vec<u64> = (-q..q).map(|v| ring.from_signed(v)).collect();
         for shift in 1..=bits - 2 {
-            let (x, m) = with_masks(&values, bits, 6, &mut r);
-            let out = words(&mut r, x.len(), bits);
-            let g = ArsSlackDcf { bits, shift, len: x.len() };
-            let rep = check(&g, &[&x[..]], &[&m[..]], &out, &mut r);
-            assert_eq!(rep.stats[0].rounds, 1);
-            // The reference is the floor of the signed value.
-            for &v in &values {
-                let want = ring.from_signed(ring.to_signed(v).div_euclid(1 << shift));
-                assert_eq!(gates::Gate::reference(&g, &[&[v]])[0], want);
+            // The output in the whole ring, and in the narrowest ones a consumer may read.
+            for out_bits in [bits, bits - shift, bits - shift + 1] {
+                let (x, m) = with_masks(&values, bits, 6, &mut r);
+                let out = words(&mut r, x.len(), out_bits);
+                let g = ArsSlackDcf { bits, shift, out_bits, len: x.len() };
+                let rep = check(&g, &[&x[..]], &[&m[..]], &out, &mut r);
+                assert_eq!(rep.stats[0].rounds, 1);
+                // The reference is the floor of the signed value, in the output ring.
+                for &v in &values {
+                    let want = ring.from_signed(ring.to_signed(v).div_euclid(1 << shift)) & mask(g.out_bits);
+                    assert_eq!(gates::Gate::reference(&g, &[&[v]])[0], want);
+                }
             }
         }
     }
@@ -178,7 +181,13 @@ fn ars_slack_dcf_exhaustive_small_and_random_large() {
         values.extend([ring.from_signed(-q), ring.from_signed(q - 1), 0, 1, mask(bits)]);
         let (x, m) = with_masks(&values, bits, 1, &mut r);
         let out = words(&mut r, x.len(), bits);
-        check(&ArsSlackDcf { bits, shift, len: x.len() }, &[&x[..]], &[&m[..]], &out, &mut r);
+        check(&ArsSlackDcf { bits, shift, out_bits: bits, len: x.len() }, &[&x[..]], &[&m[..]], &out, &mut r);
+        let narrow = ArsSlackDcf { bits, shift, out_bits: bits - shift, len: x.len() };
+        let out = words(&mut r, x.len(), bits - shift);
+        check(&narrow, &[&x[..]], &[&m[..]], &out, &mut r);
     }
-    assert!(gates::Gate::keygen(&ArsSlackDcf { bits: 8, shift: 7, len: 1 }, &[&[0]], &[0], &mut r).is_err());
+    let bad = |shift, out_bits| ArsSlackDcf { bits: 8, shift, out_bits, len: 1 };
+    for g in [bad(7, 8), bad(3, 4), bad(3, 9)] {
+        assert!(gates::Gate::keygen(&g, &[&[0]], &[0], &mut r).is_err());
+    }
 }

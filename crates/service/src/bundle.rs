@@ -55,8 +55,9 @@ pub const VERSION: u16 = 2;
 /// 8: FuseFSS GeLU's rows stop where its residual is below their error (178 rows);
 /// LayerNorm's `1/σ` grid in runs of `2^12` positions (three runs at n = 37). 9: FuseFSS
 /// softmax's `e^{−x}` in rows of 64 ulps. 10: FuseFSS keys seeded (half of each party's share
-/// words from a pad). 11: FuseFSS keys' tree roots from the parties' root streams.
-pub const PROTOCOL_REVISION: u64 = 11;
+/// words from a pad). 11: FuseFSS keys' tree roots from the parties' root streams. 12: FuseFSS
+/// truncations open only the bits their readers read.
+pub const PROTOCOL_REVISION: u64 = 12;
 const KIND_INPUT: u8 = 1;
 const KIND_GATE: u8 = 2;
 const KIND_OUTPUT: u8 = 3;
