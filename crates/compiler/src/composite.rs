@@ -94,6 +94,12 @@ pub const RECIP_MANTISSA_BITS: u32 = 7;
 /// 678 B of key per row; faster than the reduced view's table, CHANGELOG.md).
 pub const RECIP_RUN_WINDOW_BITS: u32 = 10;
 
+/// Softmaxes of at most this many entries run every level of the max tree in one round:
+/// the widest level's larger one-round key is small there (a decode step of SmolLM2: 9 heads
+/// × at most 64 positions), and the round it saves pays for a two-round truncation elsewhere
+/// in the step (`engine::layers::ONE_ROUND_TRUNC_MAX`).
+pub const ONE_ROUND_MAX_TREE_MAX: usize = 1024;
+
 /// The softmax of [`Softmax::sigma`] with a compiled `e^{−x}` (on `cmp_bits + 1` bits, rows
 /// of [`NEXP_ROW_BITS`] with the comparison split at the rows, no sign boundary: `max − x`
 /// is never negative, [`library::nexp_rows_nonneg`]), a compiled reciprocal (an octave grid
@@ -101,7 +107,8 @@ pub const RECIP_RUN_WINDOW_BITS: u32 = 10;
 /// `scale + log2 cols` bits, `cols` rounded up to a power of two), and
 /// a max tree that runs in `Z_{2^{cmp_bits + 1}}` (all `e^{−x}` reads) with every level but
 /// the widest in one round ([`gates::cmp::ReluDcf`]): the widest level holds half the
-/// comparisons, so it keeps SIGMA's smaller two-round key.
+/// comparisons, so it keeps SIGMA's smaller two-round key, but in a softmax of at most
+/// [`ONE_ROUND_MAX_TREE_MAX`] entries.
 ///
 /// # Errors
 /// [`SpecError`] for unsupported widths.
@@ -128,6 +135,8 @@ pub fn softmax(
         },
     )?;
     let levels = (cols.max(1) as u64).next_power_of_two().trailing_zeros() as usize;
+    // A small softmax (a decode step's row per head) runs its widest level in one round too.
+    let two_round_levels = usize::from(rows * cols > ONE_ROUND_MAX_TREE_MAX);
     Ok(Softmax {
         bits,
         cmp_bits,
@@ -138,7 +147,7 @@ pub fn softmax(
         exp,
         recip,
         max_bits: (cmp_bits + 1).min(bits),
-        max_dcf_levels: levels.saturating_sub(1),
+        max_dcf_levels: levels.saturating_sub(two_round_levels),
     })
 }
 

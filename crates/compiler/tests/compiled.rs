@@ -184,3 +184,39 @@ fn key_shapes_do_not_depend_on_the_mask() {
         assert_eq!(sizes[0] as u64, program.cost().key_bits.div_ceil(8));
     }
 }
+
+/// FuseFSS's softmax is exact with every level of its max tree in one round (at most
+/// `ONE_ROUND_MAX_TREE_MAX` entries) and with the widest level in two (more): rounds one
+/// fewer, key larger, rows that sum to about one.
+#[test]
+fn composite_softmax_small_and_large() {
+    use compiler::composite::{ONE_ROUND_MAX_TREE_MAX, softmax};
+    use fss::ring::Ring;
+    let mut r = rng(41);
+    let (bits, f) = (37u32, 12u32);
+    let ring = Ring::new(bits).unwrap();
+    // (A causal softmax's rows are whole heads: a multiple of its columns.)
+    for (causal, shapes) in [(false, [(9, 64), (24, 64)]), (true, [(32, 32), (64, 32)])] {
+        let mut reports = vec![];
+        for (rows, cols) in shapes {
+            let large = rows * cols > ONE_ROUND_MAX_TREE_MAX;
+            let g = softmax(bits, bits - f, f, rows, cols, causal).unwrap();
+            let levels = cols.trailing_zeros() as usize;
+            assert_eq!(g.max_dcf_levels, if large { levels - 1 } else { levels });
+            let x: Vec<u64> = (0..rows * cols)
+                .map(|_| ring.from_signed((r.next_u64() % (20 << f)) as i64 - (10 << f)))
+                .collect();
+            let rep = gates::harness::run(&g, &[&x[..]], &mut r).unwrap();
+            assert_eq!(rep.first_mismatch(), None, "{rows}x{cols} causal {causal}");
+            for i in 0..rows {
+                let s: f64 = (0..cols).map(|j| ring.to_signed(rep.outputs[i * cols + j]) as f64).sum::<f64>()
+                    / (1u64 << f) as f64;
+                assert!((s - 1.0).abs() < 0.05, "row {i} sums to {s}");
+            }
+            reports.push((rep.stats[0].rounds, rep.key_bits[0] / (rows * cols) as u64));
+        }
+        let ((small_rounds, small_key), (large_rounds, large_key)) = (reports[0], reports[1]);
+        assert_eq!(small_rounds + 1, large_rounds, "causal {causal}");
+        assert!(small_key > large_key, "causal {causal}: {small_key} vs {large_key} bits per entry");
+    }
+}

@@ -209,11 +209,12 @@ impl DynGate for SeedsShares {
 }
 
 /// Truncations of at most this many elements take the one-round shift in the FuseFSS
-/// implementation: its DCF carry costs about 2.3× the two-round key (311 against 134 B per
+/// implementation: its DCF carry costs about 2.5× the two-round key (295 against 118 B per
 /// element at `n = 56`), which matters little for pooling and a decode step's small
-/// tensors, but does for a decode step's MLP (3,072 and 1,536 elements in SmolLM2, whose
-/// one-round truncations were a sixth of its key per token).
-pub const ONE_ROUND_TRUNC_MAX: usize = 1024;
+/// tensors, but does for a decode step's MLP (3,072 and 1,536 elements in SmolLM2) and its
+/// query-key-value projection (960), whose second round the step's max tree pays for
+/// (`compiler::composite::ONE_ROUND_MAX_TREE_MAX`).
+pub const ONE_ROUND_TRUNC_MAX: usize = 800;
 
 /// How many low bits of each value its readers read: the FuseFSS GeLU and SiLU read their
 /// input mod `2^{n−f}` (slack specs), its softmax mod `2^{n−f+1}` (max tree and `e^{−x}`);
