@@ -476,8 +476,8 @@ def render_model(run: Run, _results: Path) -> str:
                      f"{r['rounds']}", yes(r["exact"]), err(r["max_abs_err_vs_float"]),
                      f"{r['cosine_vs_float']:.6f}"])
     if any("key_bytes_each" in r for r in rows):
-        key = ("the larger party's key (FuseFSS keys as stored in a bundle, half of each party's share "
-               "words seeded)")
+        key = ("the larger party's key (FuseFSS keys as stored in a bundle, seeded by the revision of the "
+               "run's commit: CHANGELOG.md)")
     else:
         key = "one party's key"
     floor_note = ("; AES floor is the AES blocks one server encrypts online times the AES time per block "
