@@ -537,7 +537,8 @@ impl<'a> BitReader<'a> {
         BitReader { data, pos: 0, pad: Some(PadSplit { pad, offset: 0, split, seeded_below }), roots: None }
     }
 
-    /// The same reader of a key written [`BitWriter::with_roots`] this party's `stream`.
+    /// The same reader, for a key written [`BitWriter::with_roots`] this party's `stream`:
+    /// runs of roots left out are regenerated from it.
     pub fn with_roots(mut self, stream: RootStream) -> BitReader<'a> {
         self.roots = Some(stream);
         self

@@ -34,9 +34,14 @@ pub(crate) fn random_seed<R: CryptoRng + ?Sized>(rng: &mut R) -> u128 {
     u128::from_le_bytes(b) & SEED_MASK
 }
 
+/// The parties' root streams of [`with_root_seeds`].
+type Streams = Box<[RootStream; 2]>;
+
 thread_local! {
-    /// Where this thread's key generation draws tree roots from ([`with_root_seeds`]).
-    static ROOTS: RefCell<Option<[RootStream; 2]>> = const { RefCell::new(None) };
+    /// Where this thread's key generation draws tree roots from ([`with_root_seeds`]). Boxed:
+    /// a thread-local of a library loaded at run time (the Python extension) lives in the
+    /// small static TLS block, which two AES key schedules would overflow.
+    static ROOTS: RefCell<Option<Streams>> = const { RefCell::new(None) };
 }
 
 /// Run `f` (a gate's key generation) with every DPF and DCF root seed it draws on this thread
@@ -46,14 +51,14 @@ thread_local! {
 /// every batch of roots that is the next of its party's stream, and the party's reader
 /// regenerates them. (A batch drawn otherwise, on another thread say, is written in full.)
 pub fn with_root_seeds<T>(seeds: Option<&[PadSeed; 2]>, f: impl FnOnce() -> T) -> T {
-    struct Restore(Option<[RootStream; 2]>);
+    struct Restore(Option<Streams>);
     impl Drop for Restore {
         fn drop(&mut self) {
             let prev = self.0.take();
             ROOTS.with(|r| *r.borrow_mut() = prev);
         }
     }
-    let streams = seeds.map(|[s0, s1]| [RootStream::new(s0), RootStream::new(s1)]);
+    let streams = seeds.map(|[s0, s1]| Box::new([RootStream::new(s0), RootStream::new(s1)]));
     let _restore = Restore(ROOTS.with(|r| r.replace(streams)));
     f()
 }
@@ -63,7 +68,7 @@ pub fn with_root_seeds<T>(seeds: Option<&[PadSeed; 2]>, f: impl FnOnce() -> T) -
 pub(crate) fn random_roots<R: CryptoRng + ?Sized>(rng: &mut R, keys: usize) -> Vec<u128> {
     let from_streams = ROOTS.with(|r| {
         let mut r = r.borrow_mut();
-        let [s0, s1] = r.as_mut()?;
+        let [s0, s1] = &mut **r.as_mut()?;
         let (mut a, mut b) = (Vec::with_capacity(keys), Vec::with_capacity(keys));
         s0.take(keys, &mut a);
         s1.take(keys, &mut b);
