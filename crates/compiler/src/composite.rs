@@ -96,7 +96,7 @@ pub const RECIP_RUN_WINDOW_BITS: u32 = 10;
 
 /// Softmaxes of at most this many entries run every level of the max tree in one round:
 /// the widest level's larger one-round key is small there (a decode step of SmolLM2: 9 heads
-/// × at most 64 positions), and the round it saves pays for a two-round truncation elsewhere
+/// × up to 113 positions), and the round it saves pays for a two-round truncation elsewhere
 /// in the step (`engine::layers::ONE_ROUND_TRUNC_MAX`).
 pub const ONE_ROUND_MAX_TREE_MAX: usize = 1024;
 

@@ -237,7 +237,7 @@ fn read_bits(g: &Graph, imp: Impl) -> Vec<u32> {
             _ => n,
         };
         for v in node.op.inputs() {
-            bits[v] = bits[v].max(reads.min(n));
+            bits[v] = bits[v].max(reads);
         }
     }
     bits

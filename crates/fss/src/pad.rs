@@ -96,17 +96,23 @@ impl PadStream {
         let need = need - done;
         let mut blocks = [AesBlock::default(); CHUNK];
         while self.buf.len() < need {
-            for b in &mut blocks {
-                *b = self.ctr.to_le_bytes().into();
-                self.ctr += 1;
-            }
-            self.cipher.encrypt_blocks(&mut blocks);
+            counter_blocks(&self.cipher, &mut self.ctr, &mut blocks);
             for b in &blocks {
                 self.buf.extend_from_slice(b.as_slice());
             }
         }
         blocks.iter_mut().for_each(|b| b.as_mut_slice().zeroize());
     }
+}
+
+/// Fill `blocks` with AES-128 of the counters `ctr, ctr + 1, …` (counter mode), and advance
+/// `ctr` past them.
+fn counter_blocks(cipher: &Aes128Enc, ctr: &mut u128, blocks: &mut [AesBlock]) {
+    for b in blocks.iter_mut() {
+        *b = ctr.to_le_bytes().into();
+        *ctr += 1;
+    }
+    cipher.encrypt_blocks(blocks);
 }
 
 /// The root seeds of one party's trees, expanded from the party's pad seed: AES-128 in
@@ -146,11 +152,7 @@ impl RootStream {
         let mut left = count;
         while left > 0 {
             let k = left.min(CHUNK);
-            for b in &mut blocks[..k] {
-                *b = self.ctr.to_le_bytes().into();
-                self.ctr += 1;
-            }
-            self.cipher.encrypt_blocks(&mut blocks[..k]);
+            counter_blocks(&self.cipher, &mut self.ctr, &mut blocks[..k]);
             out.extend(blocks[..k].iter().map(|b| u128::from_le_bytes((*b).into()) & !1u128));
             left -= k;
         }

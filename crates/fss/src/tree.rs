@@ -16,6 +16,9 @@ use crate::prg::{HashKey, Prg};
 /// All bits but the control bit.
 pub(crate) const SEED_MASK: u128 = !1u128;
 
+/// Bits of a key's root seed (a seeded encoding leaves them out: `BitWriter::put_roots`).
+pub(crate) const ROOT_BITS: u64 = 128;
+
 /// One party's tree material for a batch of keys with `levels` levels each.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct TreeKeys {
@@ -53,7 +56,7 @@ impl TreeKeys {
 
     /// Key material per key in bits: `λ + levels·(λ + 2)`.
     pub const fn key_bits(levels: u32) -> u64 {
-        128 + 130 * levels as u64
+        ROOT_BITS + 130 * levels as u64
     }
 
     /// Level `i`'s seed correction word of key `k`.
@@ -125,13 +128,7 @@ impl TreeKeys {
         let mut t = TreeKeys::with_capacity(levels, keys);
         r.get_roots(keys, &mut t.roots)?;
         // (The roots may come from the party's root stream: the rest is in the data.)
-        let needed = keys as u64 * (TreeKeys::key_bits(levels) - 128);
-        if r.remaining_bits() < needed {
-            return Err(DecodeError::Truncated {
-                needed: needed.div_ceil(8) as usize,
-                available: (r.remaining_bits() / 8) as usize,
-            });
-        }
+        crate::walk::check_keys(r, keys, TreeKeys::key_bits(levels), ROOT_BITS)?;
         if t.roots.iter().any(|root| root & 1 != 0) {
             return Err(DecodeError::InvalidField("root seed has its control bit set"));
         }

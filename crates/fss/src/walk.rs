@@ -304,11 +304,7 @@ pub(crate) fn check_keys(
     key_bits: u64,
     root_bits: u64,
 ) -> Result<(), DecodeError> {
-    check_remaining(r, count as u64 * (key_bits - root_bits))
-}
-
-/// Fail early (before allocating) if the stream cannot hold `bits` more bits.
-pub(crate) fn check_remaining(r: &BitReader<'_>, bits: u64) -> Result<(), DecodeError> {
+    let bits = count as u64 * (key_bits - root_bits);
     if r.remaining_bits() < bits {
         return Err(DecodeError::Truncated {
             needed: bits.div_ceil(8) as usize,
