@@ -31,7 +31,7 @@ use crate::prg::{AesBlock, HashKey, Prg, pad};
 use crate::ring::mask;
 use crate::rng::{CryptoRng, random_roots};
 use crate::share::Party;
-use crate::tree::{DealerTrees, ROOT_BITS, TreeKeys, path_bit};
+use crate::tree::{DealerTrees, ROOT_BITS, TreeKeys, check_keys, path_bit};
 use crate::walk::{self, Walk};
 
 /// Largest payload `K` (words per point).
@@ -811,7 +811,7 @@ impl AdpfKeys {
         count: usize,
         r: &mut BitReader<'_>,
     ) -> Result<AdpfKeys, DecodeError> {
-        walk::check_keys(r, count, params.key_bits(), ROOT_BITS)?;
+        check_keys(r, count, params.key_bits(), ROOT_BITS)?;
         let tree = TreeKeys::read(r, params.levels(), count)?;
         let fcw = {
             let mut v = Vec::new();

@@ -21,7 +21,7 @@ use crate::prg::{AesBlock, HashKey, Prg, pad};
 use crate::ring::mask;
 use crate::rng::{CryptoRng, random_roots};
 use crate::share::{AddShare, Party};
-use crate::tree::{DealerTrees, ROOT_BITS, TreeKeys, path_bit};
+use crate::tree::{DealerTrees, ROOT_BITS, TreeKeys, check_keys, path_bit};
 use crate::walk::{self, Walk};
 
 /// Shape of a DCF: input width `n`, output width `ℓ`, payload words `K`.
@@ -523,7 +523,7 @@ impl DcfKeys {
         count: usize,
         r: &mut BitReader<'_>,
     ) -> Result<DcfKeys, DecodeError> {
-        walk::check_keys(r, count, params.key_bits(), ROOT_BITS)?;
+        check_keys(r, count, params.key_bits(), ROOT_BITS)?;
         let tree = TreeKeys::read(r, params.domain_bits, count)?;
         let kw = params.words();
         let mut vcw = Vec::new();

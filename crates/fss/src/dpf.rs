@@ -18,7 +18,7 @@ use crate::prg::{AesBlock, HashKey, Prg, pad};
 use crate::ring::mask;
 use crate::rng::{CryptoRng, random_roots};
 use crate::share::{AddShare, Party};
-use crate::tree::{DealerTrees, ROOT_BITS, TreeKeys, path_bit};
+use crate::tree::{DealerTrees, ROOT_BITS, TreeKeys, check_keys, path_bit};
 use crate::walk::{self, Walk};
 
 /// Largest domain [`DpfKeys::full_domain`] expands (`2^24` outputs).
@@ -335,7 +335,7 @@ impl DpfKeys {
         count: usize,
         r: &mut BitReader<'_>,
     ) -> Result<DpfKeys, DecodeError> {
-        walk::check_keys(r, count, params.key_bits(), ROOT_BITS)?;
+        check_keys(r, count, params.key_bits(), ROOT_BITS)?;
         let tree = TreeKeys::read(r, params.domain_bits, count)?;
         let mut fcw = Vec::new();
         r.get_run(params.out_bits, count, &mut fcw)?;

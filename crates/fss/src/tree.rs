@@ -128,7 +128,7 @@ impl TreeKeys {
         let mut t = TreeKeys::with_capacity(levels, keys);
         r.get_roots(keys, &mut t.roots)?;
         // (The roots may come from the party's root stream: the rest is in the data.)
-        crate::walk::check_keys(r, keys, TreeKeys::key_bits(levels), ROOT_BITS)?;
+        check_keys(r, keys, TreeKeys::key_bits(levels), ROOT_BITS)?;
         if t.roots.iter().any(|root| root & 1 != 0) {
             return Err(DecodeError::InvalidField("root seed has its control bit set"));
         }
@@ -146,6 +146,25 @@ impl TreeKeys {
         }
         Ok(t)
     }
+}
+
+/// Fail early (before allocating) if the stream cannot hold the material of `count` keys of
+/// `key_bits` bits each, of which `root_bits` may come from the party's root stream instead
+/// ([`BitReader::get_roots`]).
+pub(crate) fn check_keys(
+    r: &BitReader<'_>,
+    count: usize,
+    key_bits: u64,
+    root_bits: u64,
+) -> Result<(), DecodeError> {
+    let bits = count as u64 * (key_bits - root_bits);
+    if r.remaining_bits() < bits {
+        return Err(DecodeError::Truncated {
+            needed: bits.div_ceil(8) as usize,
+            available: (r.remaining_bits() / 8) as usize,
+        });
+    }
+    Ok(())
 }
 
 /// Apply a level's correction to a freshly hashed child `a = H_c(s)` of a node with control

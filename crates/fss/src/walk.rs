@@ -13,8 +13,7 @@
 
 use rayon::prelude::*;
 
-use crate::codec::BitReader;
-use crate::error::{DecodeError, FssError};
+use crate::error::FssError;
 use crate::prg::{AesBlock, HashKey, Prg, pad};
 use crate::ring::mask;
 use crate::tree::TreeKeys;
@@ -293,25 +292,6 @@ pub(crate) fn index(i: usize, len: usize) -> Result<u32, FssError> {
         return Err(FssError::InvalidParams("key index out of range"));
     }
     Ok(i as u32)
-}
-
-/// Fail early (before allocating) if the stream cannot hold the material of `count` keys of
-/// `key_bits` bits each, of which `root_bits` may come from the party's root stream instead
-/// ([`BitReader::get_roots`]).
-pub(crate) fn check_keys(
-    r: &BitReader<'_>,
-    count: usize,
-    key_bits: u64,
-    root_bits: u64,
-) -> Result<(), DecodeError> {
-    let bits = count as u64 * (key_bits - root_bits);
-    if r.remaining_bits() < bits {
-        return Err(DecodeError::Truncated {
-            needed: bits.div_ceil(8) as usize,
-            available: (r.remaining_bits() / 8) as usize,
-        });
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use crate::error::{DecodeError, FssError};
 use crate::prg::Prg;
 use crate::rng::{CryptoRng, random_block, random_roots};
 use crate::share::{Party, XorBit};
-use crate::tree::{DealerTrees, ROOT_BITS, TreeKeys, path_bit};
+use crate::tree::{DealerTrees, ROOT_BITS, TreeKeys, check_keys, path_bit};
 use crate::walk;
 
 /// `ν`: outputs per leaf block are `2^ν = 128`.
@@ -210,7 +210,7 @@ impl BitDpfKeys {
         count: usize,
         r: &mut BitReader<'_>,
     ) -> Result<BitDpfKeys, DecodeError> {
-        walk::check_keys(r, count, params.key_bits(), if params.is_table() { 0 } else { ROOT_BITS })?;
+        check_keys(r, count, params.key_bits(), if params.is_table() { 0 } else { ROOT_BITS })?;
         if params.is_table() {
             let bits = 1u32 << params.domain_bits;
             let mut leaf_cw = Vec::with_capacity(count);
