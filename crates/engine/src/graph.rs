@@ -180,6 +180,21 @@ pub enum Op {
         /// The tanh approximation (GPT-2's `gelu_new`).
         tanh: bool,
     },
+    /// A pre-norm block's seam: `x = h + ⌊y / 2^shift⌋` (`y` a block's output at scale
+    /// `2f`, `|y| < 2^{n−2}`) and its RMSNorm, stacked: the output is `2·rows × cols`, the
+    /// normalised rows over the rows of `x` (select them with [`Op::Rows`]). FuseFSS defers
+    /// the truncation's carry into the sum of squares (`gates::residual`); SIGMA runs its
+    /// truncation and RMSNorm gates.
+    ResidualRmsNorm {
+        /// The residual stream.
+        h: ValueId,
+        /// The block output (before its truncation).
+        y: ValueId,
+        /// The truncation's shift.
+        shift: u32,
+        /// Gain, `cols` words.
+        gamma: Arc<[u64]>,
+    },
     /// Rows `start .. start + count` of `x` (local; [`Graph::chunked`]).
     Rows {
         /// Input.
@@ -197,6 +212,7 @@ impl Op {
         match *self {
             Op::Carried { .. } => vec![],
             Op::Add { a, b } | Op::MatMul { a, b, .. } | Op::Concat { a, b } | Op::Mul { a, b } => vec![a, b],
+            Op::ResidualRmsNorm { h, y, .. } => vec![h, y],
             Op::Linear { x, .. }
             | Op::Gather { x, .. }
             | Op::SumRows { x }
@@ -220,6 +236,7 @@ impl Op {
             Op::Add { a, b } | Op::MatMul { a, b, .. } | Op::Concat { a, b } | Op::Mul { a, b } => {
                 (*a, *b) = (f(*a), f(*b));
             }
+            Op::ResidualRmsNorm { h, y, .. } => (*h, *y) = (f(*h), f(*y)),
             Op::Linear { x, .. }
             | Op::Gather { x, .. }
             | Op::SumRows { x }
@@ -263,6 +280,7 @@ impl Op {
                 | Op::Mul { .. }
                 | Op::Silu { .. }
                 | Op::RmsNorm { .. }
+                | Op::ResidualRmsNorm { .. }
         )
     }
 }
@@ -407,6 +425,17 @@ impl Graph {
                     return bad(format!("norm gain for {} columns", sh(*x).cols));
                 }
                 sh(*x)
+            }
+            Op::ResidualRmsNorm { h, y, shift, gamma } => {
+                let s = sh(*h);
+                if s != sh(*y) || gamma.len() != s.cols || *shift == 0 || 2 * *shift > self.n {
+                    return bad(format!(
+                        "residual {s:?} + {:?} >> {shift} and a gain for {} columns",
+                        sh(*y),
+                        gamma.len()
+                    ));
+                }
+                Shape::new(2 * s.rows, s.cols)
             }
             Op::Rows { x, start, count } => {
                 if *count == 0 || start.checked_add(*count).is_none_or(|end| end > sh(*x).rows) {

@@ -17,6 +17,7 @@ use gates::keyio::{KeySizes, decode_keyed, encode_pair};
 use gates::linalg::matmul_mod_weights;
 use gates::nonlinear::{Activation, ArsSlackDcf, ReluResidual};
 use gates::norm::Norm;
+use gates::residual::{DeferredResidualNorm, ResidualNorm};
 use gates::shift::ArsSlack;
 use gates::softmax::Softmax;
 use gates::{Ctx, Gate, GateError};
@@ -309,6 +310,22 @@ pub fn build(g: &Graph, imp: Impl) -> Result<Vec<Option<Box<dyn DynGate>>>, Spec
                     Box::new(Erased(composite::norm(n, f, s.rows, s.cols, false, gamma.clone(), zero)?))
                 }
             }),
+            Op::ResidualRmsNorm { shift, gamma, .. } => {
+                // The stacked output has twice the rows of each input.
+                let rows = s.rows / 2;
+                let err = |e: GateError| SpecError::Width(e.to_string());
+                Some(match imp {
+                    Impl::Sigma => Box::new(Erased(ResidualNorm {
+                        shift: *shift,
+                        norm: Norm::rms_norm(n, f, rows, s.cols, gamma.clone()).map_err(err)?,
+                    })),
+                    Impl::Fusefss => {
+                        let zero: Arc<[u64]> = vec![0; s.cols].into();
+                        let norm = composite::norm(n, f, rows, s.cols, false, gamma.clone(), zero)?;
+                        Box::new(Erased(DeferredResidualNorm::new(*shift, norm).map_err(err)?))
+                    }
+                })
+            }
             Op::Gelu { tanh, .. } => Some(match imp {
                 Impl::Sigma => Box::new(Erased(
                     ReluResidual::new(Activation::Gelu, n, n - f, len)

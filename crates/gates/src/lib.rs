@@ -16,6 +16,7 @@
 //! | [`lut`] | table lookup by a full-domain 1-bit DPF |
 //! | [`softmax`] | softmax, with and without a causal mask |
 //! | [`norm`] | row sum of squares, LayerNorm, RMSNorm |
+//! | [`residual`] | residual sum and RMSNorm, with the truncation deferred (FuseFSS) or not |
 //! | [`rsqrt`] | reciprocal square root (pseudo-float index + 13-bit table) |
 //! | [`nonlinear`] | clip, DCF truncate-reduce, GeLU/SiLU, `e^{−x}`, reciprocal (SIGMA's CPU build) |
 //!
@@ -36,6 +37,7 @@ pub mod lut;
 pub mod nonlinear;
 pub mod norm;
 pub mod online;
+pub mod residual;
 pub mod rsqrt;
 pub mod select;
 pub mod shift;

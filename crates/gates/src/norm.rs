@@ -198,6 +198,12 @@ pub struct NormKey<M: UnaryFamily, Q: UnaryFamily> {
     party: Party,
     mean: Option<KeyOf<M>>,
     sumsq: SumSqKey,
+    tail: NormTailKey<Q>,
+}
+
+/// The keys of a normalisation after its sum of squares: `1/σ`, the product `x·(1/σ)` and
+/// the two truncations around the gain ([`Norm::deal_tail`]).
+pub struct NormTailKey<Q: UnaryFamily> {
     rsqrt: KeyOf<Q>,
     mul: MulKey,
     ars1: ArsSlackKey,
@@ -207,6 +213,29 @@ pub struct NormKey<M: UnaryFamily, Q: UnaryFamily> {
 impl<M: UnaryFamily, Q: UnaryFamily> std::fmt::Debug for NormKey<M, Q> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NormKey").field("party", &self.party).finish_non_exhaustive()
+    }
+}
+
+impl<Q: UnaryFamily> NormTailKey<Q> {
+    pub(crate) fn write(&self, w: &mut BitWriter) {
+        self.rsqrt.write(w);
+        self.mul.write(w);
+        self.ars1.write(w);
+        self.ars2.write(w);
+    }
+
+    pub(crate) fn read<M: UnaryFamily>(
+        s: &Norm<M, Q>,
+        party: Party,
+        r: &mut BitReader<'_>,
+    ) -> Result<NormTailKey<Q>, DecodeError> {
+        let bad = |_| DecodeError::InvalidField("norm shape");
+        Ok(NormTailKey {
+            rsqrt: KeyOf::<Q>::read(&s.rsqrt_gate().map_err(bad)?.key_shape(), party, r)?,
+            mul: MulKey::read(&s.mul(), party, r)?,
+            ars1: ArsSlackKey::read(&s.ars1(), party, r)?,
+            ars2: ArsSlackKey::read(&s.ars(), party, r)?,
+        })
     }
 }
 
@@ -222,10 +251,7 @@ impl<M: UnaryFamily, Q: UnaryFamily> GateKey for NormKey<M, Q> {
             m.write(w);
         }
         self.sumsq.write(w);
-        self.rsqrt.write(w);
-        self.mul.write(w);
-        self.ars1.write(w);
-        self.ars2.write(w);
+        self.tail.write(w);
     }
 
     fn read(s: &Norm<M, Q>, party: Party, r: &mut BitReader<'_>) -> Result<NormKey<M, Q>, DecodeError> {
@@ -239,10 +265,7 @@ impl<M: UnaryFamily, Q: UnaryFamily> GateKey for NormKey<M, Q> {
             party,
             mean,
             sumsq: SumSqKey::read(&s.sumsq(), party, r)?,
-            rsqrt: KeyOf::<Q>::read(&s.rsqrt_gate().map_err(bad)?.key_shape(), party, r)?,
-            mul: MulKey::read(&s.mul(), party, r)?,
-            ars1: ArsSlackKey::read(&s.ars1(), party, r)?,
-            ars2: ArsSlackKey::read(&s.ars(), party, r)?,
+            tail: NormTailKey::read(s, party, r)?,
         })
     }
 }
@@ -412,20 +435,40 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
         };
         let rv = random_words(rng, rows, b);
         let (s0, s1) = self.sumsq().deal(&rt, &rv, rng)?;
-        let rrho = random_words(rng, rows, b);
-        let (q0, q1) = self.rsqrt_gate()?.keygen(&[&rv], &rrho, rng)?;
-        let rz = random_words(rng, rows * self.cols, b);
-        let (p0, p1) = self.mul().keygen(&[&rt, &self.broadcast(&rrho)], &rz, rng)?;
-        let ru = random_words(rng, rows * self.cols, b);
-        let (a0, a1) = self.ars1().deal(&rz, &ru, rng)?;
-        let (c0, c1) = self.ars().deal(&self.affine(&ru, false), rout, rng)?;
+        let (t0, t1) = self.deal_tail(&rt, &rv, rout, rng)?;
         let (mean0, mean1) = match mean {
             Some((m0, m1)) => (Some(m0), Some(m1)),
             None => (None, None),
         };
         Ok((
-            NormKey { party: Party::P0, mean: mean0, sumsq: s0, rsqrt: q0, mul: p0, ars1: a0, ars2: c0 },
-            NormKey { party: Party::P1, mean: mean1, sumsq: s1, rsqrt: q1, mul: p1, ars1: a1, ars2: c1 },
+            NormKey { party: Party::P0, mean: mean0, sumsq: s0, tail: t0 },
+            NormKey { party: Party::P1, mean: mean1, sumsq: s1, tail: t1 },
+        ))
+    }
+
+    /// Deal the keys after the sum of squares, for the (centred) input's masks `rt`, the
+    /// masks `rv` of the opened row sums of squares and the output masks `rout`.
+    ///
+    /// # Errors
+    /// [`GateError`] on bad parameters or lengths.
+    pub(crate) fn deal_tail<R: CryptoRng + ?Sized>(
+        &self,
+        rt: &[u64],
+        rv: &[u64],
+        rout: &[u64],
+        rng: &mut R,
+    ) -> Result<KeyPair<NormTailKey<Q>>, GateError> {
+        let (b, rows) = (self.bits, self.rows);
+        let rrho = random_words(rng, rows, b);
+        let (q0, q1) = self.rsqrt_gate()?.keygen(&[rv], &rrho, rng)?;
+        let rz = random_words(rng, rows * self.cols, b);
+        let (p0, p1) = self.mul().keygen(&[rt, &self.broadcast(&rrho)], &rz, rng)?;
+        let ru = random_words(rng, rows * self.cols, b);
+        let (a0, a1) = self.ars1().deal(&rz, &ru, rng)?;
+        let (c0, c1) = self.ars().deal(&self.affine(&ru, false), rout, rng)?;
+        Ok((
+            NormTailKey { rsqrt: q0, mul: p0, ars1: a0, ars2: c0 },
+            NormTailKey { rsqrt: q1, mul: p1, ars1: a1, ars2: c1 },
         ))
     }
 
@@ -443,8 +486,23 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
             None => xh.to_vec(),
         };
         let v = self.sumsq().run(ctx, &key.sumsq, &t).await?;
-        let rho = self.rsqrt_gate()?.eval(ctx, &key.rsqrt, &[&v]).await?;
-        let z = self.mul().eval(ctx, &key.mul, &[&t, &self.broadcast(&rho)]).await?;
+        self.run_tail(ctx, &key.tail, &t, &v).await
+    }
+
+    /// The masked output from the (centred) masked input `t` and the masked row sums of
+    /// squares `v`.
+    ///
+    /// # Errors
+    /// As [`Gate::eval`].
+    pub(crate) async fn run_tail(
+        &self,
+        ctx: &Ctx,
+        key: &NormTailKey<Q>,
+        t: &[u64],
+        v: &[u64],
+    ) -> Result<Vec<u64>, GateError> {
+        let rho = self.rsqrt_gate()?.eval(ctx, &key.rsqrt, &[v]).await?;
+        let z = self.mul().eval(ctx, &key.mul, &[t, &self.broadcast(&rho)]).await?;
         let u = self.ars1().run(ctx, &key.ars1, &z).await?;
         self.ars().run(ctx, &key.ars2, &self.affine(&u, true)).await
     }

@@ -20,6 +20,50 @@ use crate::keyio::{GateKey, get_bits, get_words, key_debug, put_bits, put_words}
 use crate::kit::{check_inputs, check_party, party_term, unary};
 use crate::online::Ctx;
 
+/// A masked comparison bit `c = 1{y < α}` opened as `ĉ = c ⊕ z` (one round, one bit per
+/// element): the 1-bit DPF at the points and each party's share of the bits `z`.
+#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+pub(crate) struct MaskedBitKey {
+    cmp: BitDpfKeys,
+    z: Vec<bool>,
+}
+
+/// Deal a [`MaskedBitKey`] pair for the points `alpha` (`cmp_bits` wide): the keys and the
+/// bits `z` that mask the opened comparisons.
+pub(crate) fn deal_masked_bits<R: CryptoRng + ?Sized>(
+    cmp_bits: u32,
+    alpha: &[u64],
+    rng: &mut R,
+) -> Result<(MaskedBitKey, MaskedBitKey, Vec<bool>), GateError> {
+    let (k0, k1) = bitdpf::keygen(BitDpfParams::new(cmp_bits)?, alpha, rng)?;
+    let z = random_bits(rng, alpha.len());
+    let (z0, z1) = share_bits(rng, &z);
+    Ok((MaskedBitKey { cmp: k0, z: z0 }, MaskedBitKey { cmp: k1, z: z1 }, z))
+}
+
+impl MaskedBitKey {
+    /// Open `ĉ = 1{y < α} ⊕ z` at the points `y` (one round).
+    pub async fn open(&self, ctx: &Ctx, y: &[u64]) -> Result<Vec<bool>, GateError> {
+        let mut lt = vec![CmpShares::default(); y.len()];
+        self.cmp.eval(y, &mut lt)?;
+        let shares: Vec<bool> = lt.iter().zip(&self.z).map(|(s, &z)| s.lt.0 ^ z).collect();
+        ctx.open_bits(&shares).await
+    }
+
+    pub fn read(cmp_bits: u32, party: Party, len: usize, r: &mut BitReader<'_>) -> Result<Self, DecodeError> {
+        let params =
+            BitDpfParams::new(cmp_bits).map_err(|_| DecodeError::InvalidField("comparison width"))?;
+        let cmp = BitDpfKeys::read_material(params, party, len, r)?;
+        let z = get_bits(r, len)?;
+        Ok(MaskedBitKey { cmp, z })
+    }
+
+    pub fn write(&self, w: &mut BitWriter) {
+        self.cmp.write_material(w);
+        put_bits(w, &self.z);
+    }
+}
+
 /// Shape of a [`CarryKey`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Carry {
@@ -30,13 +74,12 @@ pub(crate) struct Carry {
     pub len: usize,
 }
 
-/// A masked comparison bit `c = 1{y < α}` and the correction words `corr[ĉ]` it selects.
+/// A masked comparison bit and the correction words `corr[ĉ]` it selects.
 #[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
 pub(crate) struct CarryKey {
     #[zeroize(skip)]
     shape: Carry,
-    cmp: BitDpfKeys,
-    z: Vec<bool>,
+    bit: MaskedBitKey,
     corr: [Vec<u64>; 2],
 }
 
@@ -48,43 +91,31 @@ impl Carry {
         v: [&[u64]; 2],
         rng: &mut R,
     ) -> Result<(CarryKey, CarryKey), GateError> {
-        let (k0, k1) = bitdpf::keygen(BitDpfParams::new(self.cmp_bits)?, alpha, rng)?;
-        let z = random_bits(rng, self.len);
+        let (k0, k1, z) = deal_masked_bits(self.cmp_bits, alpha, rng)?;
         let pick = |j: usize| -> Vec<u64> { (0..self.len).map(|i| v[j ^ z[i] as usize][i]).collect() };
         let (a0, a1) = share(rng, &pick(0), self.out_bits);
         let (b0, b1) = share(rng, &pick(1), self.out_bits);
-        let (z0, z1) = share_bits(rng, &z);
         let shape = *self;
-        Ok((
-            CarryKey { shape, cmp: k0, z: z0, corr: [a0, b0] },
-            CarryKey { shape, cmp: k1, z: z1, corr: [a1, b1] },
-        ))
+        Ok((CarryKey { shape, bit: k0, corr: [a0, b0] }, CarryKey { shape, bit: k1, corr: [a1, b1] }))
     }
 
     /// Open the masked bits at the points `y` (round 1) and return the selected corrections.
     pub async fn run(&self, ctx: &Ctx, key: &CarryKey, y: &[u64]) -> Result<Vec<u64>, GateError> {
-        let mut lt = vec![CmpShares::default(); self.len];
-        key.cmp.eval(y, &mut lt)?;
-        let shares: Vec<bool> = lt.iter().zip(&key.z).map(|(s, &z)| s.lt.0 ^ z).collect();
-        let opened = ctx.open_bits(&shares).await?;
+        let opened = key.bit.open(ctx, y).await?;
         Ok(opened.iter().enumerate().map(|(i, &c)| key.corr[c as usize][i]).collect())
     }
 
     pub fn read(&self, party: Party, r: &mut BitReader<'_>) -> Result<CarryKey, DecodeError> {
-        let params =
-            BitDpfParams::new(self.cmp_bits).map_err(|_| DecodeError::InvalidField("comparison width"))?;
-        let cmp = BitDpfKeys::read_material(params, party, self.len, r)?;
-        let z = get_bits(r, self.len)?;
+        let bit = MaskedBitKey::read(self.cmp_bits, party, self.len, r)?;
         let a = get_words(r, self.len, self.out_bits)?;
         let b = get_words(r, self.len, self.out_bits)?;
-        Ok(CarryKey { shape: *self, cmp, z, corr: [a, b] })
+        Ok(CarryKey { shape: *self, bit, corr: [a, b] })
     }
 }
 
 impl CarryKey {
     pub fn write(&self, w: &mut BitWriter) {
-        self.cmp.write_material(w);
-        put_bits(w, &self.z);
+        self.bit.write(w);
         put_words(w, &self.corr[0], self.shape.out_bits);
         put_words(w, &self.corr[1], self.shape.out_bits);
     }

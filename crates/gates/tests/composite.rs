@@ -112,3 +112,58 @@ fn layer_norm_and_rms_norm() {
     }
     assert!(Norm::rms_norm(50, 12, 2, 3, vec![0u64; 2].into()).is_err());
 }
+
+/// The pre-norm seam `[RMSNorm(h + ⌊y/2^s⌋); h + ⌊y/2^s⌋]`, SIGMA's separate gates and
+/// FuseFSS's deferred carry, equal the reference under edge masks on both inputs, over the
+/// whole slack range of `y` (with `h` cancelling most of the truncated block output, so the
+/// sum stays in the norm's range): one round more than RMSNorm alone against two.
+#[test]
+fn residual_norms_with_and_without_a_deferred_carry() {
+    use gates::Gate;
+    use gates::keyio::KeySizes;
+    use gates::residual::{DeferredResidualNorm, ResidualNorm};
+    let mut r = rng(34);
+    for (bits, s) in [(50u32, 12u32), (56, 12), (40, 10)] {
+        let ring = Ring::new(bits).unwrap();
+        let em = edge_masks(bits, &mut r);
+        for (rows, cols) in [(1, 64), (3, 48), (2, 1)] {
+            let len = rows * cols;
+            let gamma: Arc<[u64]> =
+                (0..cols).map(|j| ring.from_signed(4096 + (j as i64 % 7) * 300 - 900)).collect();
+            // Block outputs across the slack range, edges included.
+            let edge = (1i64 << (bits - 2)) - 1;
+            let mut y = signed_words(&mut r, len, bits, edge);
+            for (i, v) in [edge, -edge, 0, -1, 1 << s, (1 << s) - 1, -(1 << s)].into_iter().enumerate() {
+                y[(i * 5) % len] = ring.from_signed(v);
+            }
+            let small = signed_words(&mut r, len, bits, 6 << s);
+            let h: Vec<u64> = y
+                .iter()
+                .zip(&small)
+                .map(|(&y, &x)| ring.sub(x, ring.from_signed(ring.to_signed(y) >> s)))
+                .collect();
+            for round in 0..em.len() {
+                let my: Vec<u64> = (0..len).map(|i| em[(i + round) % em.len()]).collect();
+                let mh: Vec<u64> = (0..len).map(|i| em[(i * 3 + round) % em.len()]).collect();
+                let out = words(&mut r, 2 * len, bits);
+                let norm = Norm::rms_norm(bits, s, rows, cols, gamma.clone()).unwrap();
+                let sigma = ResidualNorm { shift: s, norm: norm.clone() };
+                let rep = check(&sigma, &[&h[..], &y[..]], &[&mh[..], &my[..]], &out, &mut r);
+                assert_eq!(rep.stats[0].rounds, 13);
+                let fused = DeferredResidualNorm::new(s, norm).unwrap();
+                let rep = check(&fused, &[&h[..], &y[..]], &[&mh[..], &my[..]], &out, &mut r);
+                assert_eq!(rep.stats[0].rounds, 12);
+                if round == 0 && rows == 1 {
+                    // The deferred carry: a masked bit and words, far below a one-round DCF carry.
+                    let (k0, _) = fused.keygen(&[&mh, &my], &out, &mut r).unwrap();
+                    let (n0, _) = fused.norm.keygen(&[&mh], &out[..len], &mut r).unwrap();
+                    let extra = KeySizes::of(&k0).bits - KeySizes::of(&n0).bits;
+                    assert!(extra < 180 * 8 * len as u64, "{extra} bits for {len} elements");
+                }
+            }
+        }
+    }
+    // LayerNorm has its mean shift first: no deferred carry.
+    let ln = Norm::layer_norm(50, 12, 1, 4, vec![0u64; 4].into(), vec![0u64; 4].into()).unwrap();
+    assert!(DeferredResidualNorm::new(12, ln).is_err());
+}

@@ -476,10 +476,27 @@ impl LlamaFixed {
             let y = g.push(Op::Linear { x, w: w.clone(), b: None, out }, "linear")?;
             g.push(Op::Trunc { x: y, shift: f }, "truncation")
         };
+        // A block's output is added to the residual stream where the next RMSNorm reads it,
+        // in one seam (`Op::ResidualRmsNorm`: FuseFSS defers the truncation into the norm).
+        let seam = |g: &mut Graph,
+                    x: ValueId,
+                    block: Option<ValueId>,
+                    gamma: &Arc<[u64]>|
+         -> std::result::Result<(ValueId, ValueId), GraphError> {
+            let Some(y) = block else {
+                return Ok((g.push(Op::RmsNorm { x, gamma: gamma.clone() }, "rmsnorm")?, x));
+            };
+            let both = g.push(Op::ResidualRmsNorm { h: x, y, shift: f, gamma: gamma.clone() }, "rmsnorm")?;
+            let normed = g.push(Op::Rows { x: both, start: 0, count: rows }, "rmsnorm")?;
+            Ok((normed, g.push(Op::Rows { x: both, start: rows, count: rows }, "residual")?))
+        };
         let mut x = 0;
+        // The last block's output, not yet truncated and added to `x`.
+        let mut block = None;
         let mut carry = vec![];
         for (l, layer) in self.layers.iter().enumerate() {
-            let a = g.push(Op::RmsNorm { x, gamma: layer.attn_norm.clone() }, "rmsnorm")?;
+            let (a, x1) = seam(&mut g, x, block, &layer.attn_norm)?;
+            x = x1;
             let qkv = lin(&mut g, a, &layer.w_qkv, (hq + 2 * hkv) * d)?;
             // The queries and keys rotated together (one truncation), the values as they are.
             let qk = columns(&mut g, qkv, 0, (hq + hkv) * d, "rope")?;
@@ -496,20 +513,30 @@ impl LlamaFixed {
             }
             carry.extend([k, v]);
             let att = self.attention(&mut g, q, k, v, rows, past + rows)?;
-            let o = lin(&mut g, att, &layer.wo, h)?;
-            x = g.push(Op::Add { a: x, b: o }, "residual")?;
-            let m = g.push(Op::RmsNorm { x, gamma: layer.mlp_norm.clone() }, "rmsnorm")?;
+            let o = g.push(Op::Linear { x: att, w: layer.wo.clone(), b: None, out: h }, "linear")?;
+            let (m, x1) = seam(&mut g, x, Some(o), &layer.mlp_norm)?;
+            x = x1;
             let gate_up = lin(&mut g, m, &layer.w_gate_up, 2 * c.ffn)?;
             let gate = columns(&mut g, gate_up, 0, c.ffn, "mlp")?;
             let up = columns(&mut g, gate_up, c.ffn, c.ffn, "mlp")?;
             let act = g.push(Op::Silu { x: gate }, "silu")?;
             let prod = g.push(Op::Mul { a: act, b: up }, "mlp")?;
             let prod = g.push(Op::Trunc { x: prod, shift: f }, "truncation")?;
-            let dn = lin(&mut g, prod, &layer.w_down, h)?;
-            x = g.push(Op::Add { a: x, b: dn }, "residual")?;
+            block = Some(g.push(Op::Linear { x: prod, w: layer.w_down.clone(), b: None, out: h }, "linear")?);
         }
-        let last = engine::blocks::row(&mut g, x, rows - 1)?;
-        let y = g.push(Op::RmsNorm { x: last, gamma: self.final_norm.clone() }, "rmsnorm")?;
+        // The final norm reads the last position only: a seam when there is one row, else
+        // the sum first.
+        let y = match block {
+            Some(dn) if rows == 1 => seam(&mut g, x, Some(dn), &self.final_norm)?.0,
+            block => {
+                if let Some(dn) = block {
+                    let dn = g.push(Op::Trunc { x: dn, shift: f }, "truncation")?;
+                    x = g.push(Op::Add { a: x, b: dn }, "residual")?;
+                }
+                let last = engine::blocks::row(&mut g, x, rows - 1)?;
+                g.push(Op::RmsNorm { x: last, gamma: self.final_norm.clone() }, "rmsnorm")?
+            }
+        };
         g.push(Op::Linear { x: y, w: self.head.clone(), b: None, out: c.vocab }, "lm head")?;
         g.carry = carry;
         Ok(g)

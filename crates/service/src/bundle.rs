@@ -56,8 +56,9 @@ pub const VERSION: u16 = 2;
 /// LayerNorm's `1/σ` grid in runs of `2^12` positions (three runs at n = 37). 9: FuseFSS
 /// softmax's `e^{−x}` in rows of 64 ulps. 10: FuseFSS keys seeded (half of each party's share
 /// words from a pad). 11: FuseFSS keys' tree roots from the parties' root streams. 12: FuseFSS
-/// truncations open only the bits their readers read.
-pub const PROTOCOL_REVISION: u64 = 12;
+/// truncations open only the bits their readers read. 13: pre-norm seams as one gate
+/// (`Op::ResidualRmsNorm`), FuseFSS's with the truncation's carry deferred into RMSNorm.
+pub const PROTOCOL_REVISION: u64 = 13;
 const KIND_INPUT: u8 = 1;
 const KIND_GATE: u8 = 2;
 const KIND_OUTPUT: u8 = 3;
@@ -314,6 +315,11 @@ impl Fingerprints {
                 Op::Silu { .. } => put(&mut h, 15),
                 Op::RmsNorm { gamma, .. } => {
                     put(&mut h, 16);
+                    words(&mut h, gamma);
+                }
+                Op::ResidualRmsNorm { shift, gamma, .. } => {
+                    put(&mut h, 19);
+                    put(&mut h, (*shift).into());
                     words(&mut h, gamma);
                 }
                 Op::Rows { start, count, .. } => {
