@@ -95,7 +95,9 @@ pub struct OpsBenchArgs {
     #[arg(long, default_value_t = 0)]
     quantum: u32,
     /// Compiled GeLU and SiLU: read the residual from rows of `2^rows` ulps instead
-    /// (`library::gelu_rows`; 0 keeps the exactly rounded or `--quantum` spec).
+    /// (`library::gelu_rows`; 0 keeps the exactly rounded or `--quantum` spec); `e^{−x}`:
+    /// the softmax's table in rows of `2^rows` ulps (`library::nexp_rows_nonneg`, with
+    /// `--split true` as the softmax reads it).
     #[arg(long, default_value_t = 0)]
     rows: u32,
     /// Compiled GeLU and SiLU: read the input with slack (`OperatorSpec::slack`: it stays
@@ -700,7 +702,11 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
             run_compiled(op, &spec, x, format!("{e}, to [-8, 8]"), None, a, rng)
         }
         "nexp" => {
-            let spec = library::nexp(m1 + 2, n, f);
+            // With `--rows`, the softmax's table: rows of `2^rows` ulps, `x ≥ 0`.
+            let spec = match a.rows {
+                0 => library::nexp(m1 + 2, n, f),
+                rows => library::nexp_rows_nonneg(m1 + 2, n, f, rows),
+            };
             let err = scan_error(0, 32 * one, ring, f, eval(&spec), |v| (-v).exp());
             let shape =
                 format!("{e}, x in [0, 32), input fits {} bits, {} intervals", m1 + 2, spec.pieces.len());
