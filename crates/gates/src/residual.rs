@@ -71,8 +71,33 @@ impl<M: UnaryFamily, Q: UnaryFamily> GateKey for ResidualNormKey<M, Q> {
     }
 }
 
-/// The elements of one input, the shift's checks and the plaintext result: shared by both
-/// implementations.
+/// The wires of a seam, both implementations: two inputs of `rows × cols` ring elements (the
+/// residual, the block output), the normalised rows and the sum stacked as the output.
+macro_rules! seam_wires {
+    ($shape:ident) => {
+        fn input_bits(&self) -> Vec<u32> {
+            vec![self.norm.bits; 2]
+        }
+
+        fn input_lens(&self) -> Vec<usize> {
+            vec![len_of(&self.norm); 2]
+        }
+
+        fn output_bits(&self) -> u32 {
+            self.norm.bits
+        }
+
+        fn output_len(&self) -> usize {
+            2 * len_of(&self.norm)
+        }
+
+        fn key_shape(&self) -> $shape<M, Q> {
+            self.clone()
+        }
+    };
+}
+
+/// Elements of each input.
 fn len_of<M, Q>(norm: &Norm<M, Q>) -> usize {
     norm.rows * norm.cols
 }
@@ -108,25 +133,7 @@ impl<M: UnaryFamily, Q: UnaryFamily> ResidualNorm<M, Q> {
 impl<M: UnaryFamily, Q: UnaryFamily> Gate for ResidualNorm<M, Q> {
     type Key = ResidualNormKey<M, Q>;
 
-    fn input_bits(&self) -> Vec<u32> {
-        vec![self.norm.bits; 2]
-    }
-
-    fn input_lens(&self) -> Vec<usize> {
-        vec![len_of(&self.norm); 2]
-    }
-
-    fn output_bits(&self) -> u32 {
-        self.norm.bits
-    }
-
-    fn output_len(&self) -> usize {
-        2 * len_of(&self.norm)
-    }
-
-    fn key_shape(&self) -> ResidualNorm<M, Q> {
-        self.clone()
-    }
+    seam_wires!(ResidualNorm);
 
     fn keygen<R: CryptoRng + ?Sized>(
         &self,
@@ -274,25 +281,7 @@ impl<M: UnaryFamily, Q: UnaryFamily> DeferredResidualNorm<M, Q> {
 impl<M: UnaryFamily, Q: UnaryFamily> Gate for DeferredResidualNorm<M, Q> {
     type Key = DeferredResidualNormKey<M, Q>;
 
-    fn input_bits(&self) -> Vec<u32> {
-        vec![self.norm.bits; 2]
-    }
-
-    fn input_lens(&self) -> Vec<usize> {
-        vec![len_of(&self.norm); 2]
-    }
-
-    fn output_bits(&self) -> u32 {
-        self.norm.bits
-    }
-
-    fn output_len(&self) -> usize {
-        2 * len_of(&self.norm)
-    }
-
-    fn key_shape(&self) -> DeferredResidualNorm<M, Q> {
-        self.clone()
-    }
+    seam_wires!(DeferredResidualNorm);
 
     fn keygen<R: CryptoRng + ?Sized>(
         &self,
