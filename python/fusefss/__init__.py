@@ -753,8 +753,9 @@ def bench_model(
     ``bert-tiny``, ``seq`` 128, ``impl="fusefss"`` (or ``"sigma"``, ``"both"``),
     ``transport="mem"`` (``"tcp"``, ``"tls"``), ``net="none"`` (``"lan"``, ``"wan"``), 3
     reps after 1 warm-up). One row per implementation with ``online_ms`` (the median),
-    ``online_ms_runs``, ``keygen_ms``, ``key_bytes``, ``comm_bytes``, ``rounds``, ``exact``,
-    ``max_abs_err_vs_float``, ``cosine_vs_float`` and the costs by layer type.
+    ``online_ms_runs``, ``keygen_ms`` (the median), ``keygen_ms_runs``, ``key_bytes``,
+    ``comm_bytes``, ``rounds``, ``exact``, ``max_abs_err_vs_float``, ``cosine_vs_float`` and
+    the costs by layer type.
     """
     argv = _argv(
         {

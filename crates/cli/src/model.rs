@@ -513,7 +513,10 @@ pub struct ModelRow {
     pub online_ms: f64,
     /// Every timed run's online time, ms (`bench model --reps`), in run order.
     pub online_ms_runs: Vec<f64>,
+    /// Key generation, ms: the median of the timed runs (`bench model`; one run elsewhere).
     pub keygen_ms: f64,
+    /// Every timed run's key generation time, ms, in run order.
+    pub keygen_ms_runs: Vec<f64>,
     /// Key bytes of the party with the larger key (as stored: FuseFSS keys seeded).
     pub key_bytes: u64,
     /// Each party's key bytes.
@@ -571,6 +574,7 @@ impl ModelRow {
             online_ms: o.online.as_secs_f64() * 1e3,
             online_ms_runs: vec![o.online.as_secs_f64() * 1e3],
             keygen_ms: o.deal.time.as_secs_f64() * 1e3,
+            keygen_ms_runs: vec![o.deal.time.as_secs_f64() * 1e3],
             key_bytes: o.deal.key_bits.div_ceil(8),
             key_bytes_each: o.deal.party_key_bits.map(|b| b.div_ceil(8)),
             comm_bytes: o.runs[0].stats.comm_bytes().max(o.runs[1].stats.comm_bytes()),
