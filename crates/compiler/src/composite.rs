@@ -104,8 +104,10 @@ pub const ONE_ROUND_MAX_TREE_MAX: usize = 1024;
 /// of [`NEXP_ROW_BITS`] with the comparison split at the rows, no sign boundary: `max − x`
 /// is never negative, [`library::nexp_rows_nonneg`]), a compiled reciprocal (an octave grid
 /// of [`RECIP_MANTISSA_BITS`] read in runs, [`library::reciprocal_grid`], on
-/// `scale + log2 cols` bits, `cols` rounded up to a power of two), and
-/// a max tree that runs in `Z_{2^{cmp_bits + 1}}` (all `e^{−x}` reads) with every level but
+/// `scale + log2 cols` bits, `cols` rounded up to a power of two), `e^{−x}`, the row sums,
+/// `1/S` and their product in `Z_{2^{2·scale + 3}}` ([`Softmax::prob_bits`]: their values
+/// stay at most `2^{2·scale}`, so only the final truncation's output is a full ring word:
+/// narrower openings and words), and a max tree that runs in `Z_{2^{cmp_bits + 1}}` (all `e^{−x}` reads) with every level but
 /// the widest in one round ([`gates::cmp::ReluDcf`]): the widest level holds half the
 /// comparisons, so it keeps SIGMA's smaller two-round key, but in a softmax of at most
 /// [`ONE_ROUND_MAX_TREE_MAX`] entries.
@@ -120,13 +122,17 @@ pub fn softmax(
     cols: usize,
     causal: bool,
 ) -> Result<Softmax<Compiled, Compiled>, SpecError> {
+    let cols2 = (cols.max(2) as u64).next_power_of_two();
+    // `e^{−x}`, its row sums, `1/S` and their product below `2^{2·scale}` and `cols2·2^scale`:
+    // a ring of `2·scale + 3` bits (the product's truncation has slack), or one more than
+    // the reciprocal reads.
+    let prob_bits = (2 * scale + 3).max(scale + cols2.trailing_zeros() + 1).min(bits);
     let exp = Compiled::with_options(
-        &library::nexp_rows_nonneg((cmp_bits + 1).min(bits), bits, scale, NEXP_ROW_BITS),
+        &library::nexp_rows_nonneg((cmp_bits + 1).min(bits), prob_bits, scale, NEXP_ROW_BITS),
         CompileOptions { split: Some(true), ..CompileOptions::default() },
     )?;
-    let cols2 = (cols.max(2) as u64).next_power_of_two();
     let recip = Compiled::with_options(
-        &library::reciprocal_grid(scale, cols2, bits, RECIP_MANTISSA_BITS),
+        &library::reciprocal_grid(scale, cols2, prob_bits, RECIP_MANTISSA_BITS),
         CompileOptions {
             split: Some(true),
             grouped: Some(RECIP_RUN_WINDOW_BITS),
@@ -148,6 +154,7 @@ pub fn softmax(
         recip,
         max_bits: (cmp_bits + 1).min(bits),
         max_dcf_levels: levels.saturating_sub(two_round_levels),
+        prob_bits,
     })
 }
 

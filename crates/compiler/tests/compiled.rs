@@ -220,3 +220,65 @@ fn composite_softmax_small_and_large() {
         assert!(small_key > large_key, "causal {causal}: {small_key} vs {large_key} bits per entry");
     }
 }
+
+/// The FuseFSS softmax keeps `e^{−x}`, the row sums, `1/S` and their product in
+/// `Z_{2^{2f+3}}`: its results equal those of the same composite in the full ring, on rows
+/// with one dominant entry (`e = 2^f` alone), all-equal rows (the largest row sums), mixed
+/// rows and causal rows, and the secure run equals its reference.
+#[test]
+fn composite_softmax_in_a_narrow_ring_changes_no_value() {
+    use compiler::composite::Compiled;
+    use compiler::composite::{NEXP_ROW_BITS, RECIP_MANTISSA_BITS, RECIP_RUN_WINDOW_BITS, softmax};
+    use compiler::library;
+    use compiler::{CompileOptions, LookupBackend};
+    use fss::ring::Ring;
+    let mut r = rng(43);
+    for (bits, f) in [(37u32, 12u32), (50, 12), (30, 9)] {
+        let ring = Ring::new(bits).unwrap();
+        for (rows, cols, causal) in [(8, 64, false), (64, 64, true), (6, 100, false)] {
+            let narrow = softmax(bits, bits - f, f, rows, cols, causal).unwrap();
+            assert_eq!(narrow.prob_bits, (2 * f + 3).min(bits));
+            // The same composite with every inner value a full ring word.
+            let cols2 = (cols as u64).next_power_of_two();
+            let mut wide = narrow.clone();
+            wide.prob_bits = bits;
+            wide.exp = Compiled::with_options(
+                &library::nexp_rows_nonneg(bits - f + 1, bits, f, NEXP_ROW_BITS),
+                CompileOptions { split: Some(true), ..CompileOptions::default() },
+            )
+            .unwrap();
+            wide.recip = Compiled::with_options(
+                &library::reciprocal_grid(f, cols2, bits, RECIP_MANTISSA_BITS),
+                CompileOptions {
+                    split: Some(true),
+                    grouped: Some(RECIP_RUN_WINDOW_BITS),
+                    lookup: Some(LookupBackend::StepBits),
+                    ..CompileOptions::default()
+                },
+            )
+            .unwrap();
+            let bound = 1i64 << (bits - f - 3);
+            let x: Vec<u64> = (0..rows * cols)
+                .map(|k| {
+                    let (i, j) = (k / cols, k % cols);
+                    let v = match i % 4 {
+                        0 => {
+                            if j == i % cols {
+                                bound - 1
+                            } else {
+                                -bound
+                            }
+                        }
+                        1 => 5 << f,
+                        2 => (r.next_u64() % (40 << f)) as i64 - (20 << f),
+                        _ => (r.next_u64() % (2 * bound as u64)) as i64 - bound,
+                    };
+                    ring.from_signed(v)
+                })
+                .collect();
+            assert_eq!(narrow.plain(&x), wide.plain(&x), "n = {bits}, {rows}x{cols} causal {causal}");
+            let rep = gates::harness::run(&narrow, &[&x[..]], &mut r).unwrap();
+            assert_eq!(rep.first_mismatch(), None, "n = {bits}, {rows}x{cols} causal {causal}");
+        }
+    }
+}

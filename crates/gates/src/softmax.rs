@@ -49,6 +49,11 @@ pub struct Softmax<E = SigmaNExp, Q = SigmaReciprocal> {
     pub max_bits: u32,
     /// Levels of the max tree that take one round ([`MaxTree::dcf_levels`]; 0 for SIGMA).
     pub max_dcf_levels: usize,
+    /// Ring of `e^{−x}`, the row sums, `1/S` and their product (`bits` for SIGMA). Those
+    /// values stay at most `2^{2·scale}` (`e^{−x} ≤ 1`, `S ≥ 1`), so `2·scale + 3` bits hold
+    /// them with the product truncation's slack; only the truncation's output is in
+    /// `Z_{2^bits}`.
+    pub prob_bits: u32,
 }
 
 impl Softmax {
@@ -56,7 +61,19 @@ impl Softmax {
     pub fn sigma(bits: u32, cmp_bits: u32, scale: u32, rows: usize, cols: usize, causal: bool) -> Softmax {
         let exp = SigmaNExp { bits, cmp_bits: (cmp_bits + 1).min(bits), scale };
         let recip = SigmaReciprocal { bits, scale };
-        Softmax { bits, cmp_bits, scale, rows, cols, causal, exp, recip, max_bits: bits, max_dcf_levels: 0 }
+        Softmax {
+            bits,
+            cmp_bits,
+            scale,
+            rows,
+            cols,
+            causal,
+            exp,
+            recip,
+            max_bits: bits,
+            max_dcf_levels: 0,
+            prob_bits: bits,
+        }
     }
 }
 
@@ -125,6 +142,8 @@ impl<E: UnaryFamily, Q: UnaryFamily> Softmax<E, Q> {
             || self.cmp_bits > self.bits
             || self.max_bits > self.bits
             || (self.max_bits < self.bits && self.max_bits <= self.cmp_bits)
+            || self.prob_bits > self.bits
+            || (self.prob_bits < self.bits && self.prob_bits < 2 * self.scale + 3)
         {
             return Err(GateError::Params(format!("softmax shape {self:?}")));
         }
@@ -172,11 +191,11 @@ impl<E: UnaryFamily, Q: UnaryFamily> Softmax<E, Q> {
     }
 
     fn mul(&self, len: usize) -> Mul {
-        Mul { bits: self.bits, len }
+        Mul { bits: self.prob_bits, len }
     }
 
     fn ars(&self, len: usize) -> ArsSlack {
-        ArsSlack { bits: self.bits, shift: self.scale, out_bits: self.bits, len }
+        ArsSlack { bits: self.prob_bits, shift: self.scale, out_bits: self.bits, len }
     }
 
     fn row_sums(&self, v: &[u64], rows_of: &[usize]) -> Vec<u64> {
@@ -184,7 +203,7 @@ impl<E: UnaryFamily, Q: UnaryFamily> Softmax<E, Q> {
         for (&x, &row) in v.iter().zip(rows_of) {
             s[row] = s[row].wrapping_add(x);
         }
-        s.iter().map(|&x| x & mask(self.bits)).collect()
+        s.iter().map(|&x| x & mask(self.prob_bits)).collect()
     }
 
     /// Deal keys for input masks `r` and output masks `rout` (both `rows × cols`).
@@ -205,12 +224,12 @@ impl<E: UnaryFamily, Q: UnaryFamily> Softmax<E, Q> {
         let rv: Vec<u64> = valid.iter().map(|&i| r[i]).collect();
         let (x0, x1, rmax) = self.tree().deal(&rv, None, rng)?;
         let rt: Vec<u64> = rv.iter().zip(&rows_of).map(|(&x, &row)| rmax[row].wrapping_sub(x) & m).collect();
-        let re = random_words(rng, valid.len(), b);
+        let (p, re) = (self.prob_bits, random_words(rng, valid.len(), self.prob_bits));
         let (e0, e1) = self.nexp(valid.len())?.keygen(&[&rt], &re, rng)?;
-        let rinv = random_words(rng, self.rows, b);
+        let rinv = random_words(rng, self.rows, p);
         let (i0, i1) = self.recip()?.keygen(&[&self.row_sums(&re, &rows_of)], &rinv, rng)?;
         let rib: Vec<u64> = rows_of.iter().map(|&row| rinv[row]).collect();
-        let rz = random_words(rng, valid.len(), b);
+        let rz = random_words(rng, valid.len(), p);
         let (m0, m1) = self.mul(valid.len()).keygen(&[&rib, &re], &rz, rng)?;
         let ro: Vec<u64> = valid.iter().map(|&i| rout[i]).collect();
         let (a0, a1) = self.ars(valid.len()).deal(&rz, &ro, rng)?;
@@ -282,7 +301,7 @@ impl<E: UnaryFamily, Q: UnaryFamily> Softmax<E, Q> {
         let ars = self.ars(1);
         let mut out = vec![0u64; self.rows * self.cols];
         for (k, &i) in valid.iter().enumerate() {
-            let z = inv[rows_of[k]].wrapping_mul(e[k]) & m;
+            let z = inv[rows_of[k]].wrapping_mul(e[k]) & mask(self.prob_bits);
             out[i] = ars.reference(&[&[z]])[0];
         }
         out
