@@ -127,19 +127,7 @@ pub fn softmax(
     // a ring of `2·scale + 3` bits (the product's truncation has slack), or one more than
     // the reciprocal reads.
     let prob_bits = (2 * scale + 3).max(scale + cols2.trailing_zeros() + 1).min(bits);
-    let exp = Compiled::with_options(
-        &library::nexp_rows_nonneg((cmp_bits + 1).min(bits), prob_bits, scale, NEXP_ROW_BITS),
-        CompileOptions { split: Some(true), ..CompileOptions::default() },
-    )?;
-    let recip = Compiled::with_options(
-        &library::reciprocal_grid(scale, cols2, prob_bits, RECIP_MANTISSA_BITS),
-        CompileOptions {
-            split: Some(true),
-            grouped: Some(RECIP_RUN_WINDOW_BITS),
-            lookup: Some(LookupBackend::StepBits),
-            ..CompileOptions::default()
-        },
-    )?;
+    let (exp, recip) = softmax_tables(bits, cmp_bits, scale, cols2, prob_bits)?;
     let levels = (cols.max(1) as u64).next_power_of_two().trailing_zeros() as usize;
     // A small softmax (a decode step's row per head) runs its widest level in one round too.
     let two_round_levels = usize::from(rows * cols > ONE_ROUND_MAX_TREE_MAX);
@@ -156,6 +144,35 @@ pub fn softmax(
         max_dcf_levels: levels.saturating_sub(two_round_levels),
         prob_bits,
     })
+}
+
+/// The softmax's compiled `e^{−x}` (read on `cmp_bits + 1` bits) and `1/S` (rows summing
+/// up to `cols2 = 2^k` entries), both with outputs in `Z_{2^{ring}}` ([`softmax`] passes
+/// its narrow ring).
+///
+/// # Errors
+/// [`SpecError`] for unsupported widths.
+pub fn softmax_tables(
+    bits: u32,
+    cmp_bits: u32,
+    scale: u32,
+    cols2: u64,
+    ring: u32,
+) -> Result<(Compiled, Compiled), SpecError> {
+    let exp = Compiled::with_options(
+        &library::nexp_rows_nonneg((cmp_bits + 1).min(bits), ring, scale, NEXP_ROW_BITS),
+        CompileOptions { split: Some(true), ..CompileOptions::default() },
+    )?;
+    let recip = Compiled::with_options(
+        &library::reciprocal_grid(scale, cols2, ring, RECIP_MANTISSA_BITS),
+        CompileOptions {
+            split: Some(true),
+            grouped: Some(RECIP_RUN_WINDOW_BITS),
+            lookup: Some(LookupBackend::StepBits),
+            ..CompileOptions::default()
+        },
+    )?;
+    Ok((exp, recip))
 }
 
 /// Rows of `2^GELU_ROW_BITS` ulps for the models' GeLU: error 7.7e-3, SIGMA's class (its

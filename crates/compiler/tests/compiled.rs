@@ -227,10 +227,7 @@ fn composite_softmax_small_and_large() {
 /// rows and causal rows, and the secure run equals its reference.
 #[test]
 fn composite_softmax_in_a_narrow_ring_changes_no_value() {
-    use compiler::composite::Compiled;
-    use compiler::composite::{NEXP_ROW_BITS, RECIP_MANTISSA_BITS, RECIP_RUN_WINDOW_BITS, softmax};
-    use compiler::library;
-    use compiler::{CompileOptions, LookupBackend};
+    use compiler::composite::{softmax, softmax_tables};
     use fss::ring::Ring;
     let mut r = rng(43);
     for (bits, f) in [(37u32, 12u32), (50, 12), (30, 9)] {
@@ -242,21 +239,7 @@ fn composite_softmax_in_a_narrow_ring_changes_no_value() {
             let cols2 = (cols as u64).next_power_of_two();
             let mut wide = narrow.clone();
             wide.prob_bits = bits;
-            wide.exp = Compiled::with_options(
-                &library::nexp_rows_nonneg(bits - f + 1, bits, f, NEXP_ROW_BITS),
-                CompileOptions { split: Some(true), ..CompileOptions::default() },
-            )
-            .unwrap();
-            wide.recip = Compiled::with_options(
-                &library::reciprocal_grid(f, cols2, bits, RECIP_MANTISSA_BITS),
-                CompileOptions {
-                    split: Some(true),
-                    grouped: Some(RECIP_RUN_WINDOW_BITS),
-                    lookup: Some(LookupBackend::StepBits),
-                    ..CompileOptions::default()
-                },
-            )
-            .unwrap();
+            (wide.exp, wide.recip) = softmax_tables(bits, bits - f, f, cols2, bits).unwrap();
             let bound = 1i64 << (bits - f - 3);
             let x: Vec<u64> = (0..rows * cols)
                 .map(|k| {

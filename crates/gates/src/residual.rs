@@ -263,11 +263,9 @@ impl<M: UnaryFamily, Q: UnaryFamily> DeferredResidualNorm<M, Q> {
     /// # Errors
     /// [`GateError::Params`] for a LayerNorm or a shift that does not fit.
     pub fn new(shift: u32, norm: Norm<M, Q>) -> Result<DeferredResidualNorm<M, Q>, GateError> {
-        if norm.normalize {
-            return Err(GateError::Params("a deferred residual carry needs an RMSNorm".into()));
-        }
-        check_shift(norm.bits, shift)?;
-        Ok(DeferredResidualNorm { shift, norm })
+        let g = DeferredResidualNorm { shift, norm };
+        g.check()?;
+        Ok(g)
     }
 
     fn check(&self) -> Result<(), GateError> {
@@ -314,22 +312,22 @@ impl<M: UnaryFamily, Q: UnaryFamily> Gate for DeferredResidualNorm<M, Q> {
             e1.push(di.wrapping_mul(bi).wrapping_mul(2).wrapping_add(1) & m);
             // C/2^{n−s}, (2DC + C²)/2^{n−s} and 2BC/2^{n−s}, mod 2^s.
             c.push(msb.wrapping_neg() & ms);
-            let c2 = if n - s < 64 { msb << (n - s) } else { 0 };
+            let c2 = msb << (n - s);
             e2.push(di.wrapping_mul(2).wrapping_mul(msb).wrapping_neg().wrapping_add(c2) & ms);
             e3.push(bi.wrapping_mul(2).wrapping_mul(msb).wrapping_neg() & ms);
         }
         let rv = random_words(rng, self.norm.rows, n);
-        let g: Vec<u64> = d
+        let mut g: Vec<u64> = d
             .chunks(cols)
             .zip(&rv)
             .map(|(row, &v)| row.iter().fold(v, |a, &x| a.wrapping_add(x.wrapping_mul(x))) & m)
             .collect();
-        let rxd: Vec<u64> = rx.iter().zip(&d).map(|(&x, &d)| x.wrapping_sub(d) & m).collect();
+        let mut rxd: Vec<u64> = rx.iter().zip(&d).map(|(&x, &d)| x.wrapping_sub(d) & m).collect();
         let mut sh = |v: &[u64], bits: u32| share(rng, v, bits);
         let [(w0, w1), (d0, d1), (b0, b1), (f0, f1)] = [&rxd, &d, &b, &e1].map(|v| sh(v, n));
         let [(c0, c1), (g0, g1), (h0, h1)] = [&c, &e2, &e3].map(|v| sh(v, s));
         let (r0, r1) = sh(&g, n);
-        for v in [&mut d, &mut b, &mut e1, &mut c, &mut e2, &mut e3] {
+        for v in [&mut rxd, &mut d, &mut b, &mut e1, &mut c, &mut e2, &mut e3, &mut g] {
             v.zeroize();
         }
         let (t0, t1) = self.norm.deal_tail(rx, &rv, rn, rng)?;
