@@ -534,6 +534,10 @@ pub struct ModelRow {
     pub net: &'static str,
     /// Key bytes by layer type (the mean of the two parties').
     pub key_bytes_by_layer: std::collections::BTreeMap<&'static str, u64>,
+    /// Bytes sent plus received by layer type (the larger party's).
+    pub comm_bytes_by_layer: std::collections::BTreeMap<&'static str, u64>,
+    /// Rounds by layer type (each round counts for the layer that sent its message).
+    pub rounds_by_layer: std::collections::BTreeMap<&'static str, u64>,
     /// Where the keys were: `memory`, `disk` (bundles read back as the servers run) or
     /// `stream` (dealt while the servers run).
     pub keys: &'static str,
@@ -564,6 +568,14 @@ impl ModelRow {
                 *e = e.max(d.as_secs_f64() * 1e3);
             }
         }
+        let (mut comm, mut rounds) = (std::collections::BTreeMap::new(), std::collections::BTreeMap::new());
+        for run in &o.runs {
+            for (l, st) in &run.stats_by_label {
+                let e = comm.entry(*l).or_insert(0u64);
+                *e = (*e).max(st.comm_bytes());
+                rounds.insert(*l, st.rounds);
+            }
+        }
         ModelRow {
             model: model.to_string(),
             implementation: imp.name(),
@@ -586,6 +598,8 @@ impl ModelRow {
             transport: link.0,
             net: link.1,
             key_bytes_by_layer: o.deal.by_label.iter().map(|(l, b)| (*l, b.div_ceil(8))).collect(),
+            comm_bytes_by_layer: comm,
+            rounds_by_layer: rounds,
             keys: o.keys,
             keys_on_disk_bytes: o.keys_on_disk_bytes,
             aes_blocks: o.aes_blocks,

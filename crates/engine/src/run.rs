@@ -20,6 +20,8 @@ pub struct PartyRun {
     pub stats: Stats,
     /// Its computation time by layer type.
     pub times: Vec<(&'static str, Duration)>,
+    /// Its communication and rounds by layer type.
+    pub stats_by_label: Vec<(&'static str, Stats)>,
     /// Wall-clock time of its online phase (computation and waiting for the peer).
     pub wall: Duration,
     /// The masked values it keeps for the next program of a session ([`Graph::carry`]).
@@ -68,7 +70,14 @@ pub fn run_party_step(
         }
     };
     drop(s);
-    Ok(PartyRun { output, stats: ctx.stats(), times: ctx.times(), wall: t.elapsed(), carried })
+    Ok(PartyRun {
+        output,
+        stats: ctx.stats(),
+        times: ctx.times(),
+        stats_by_label: ctx.stats_by_label(),
+        wall: t.elapsed(),
+        carried,
+    })
 }
 
 /// Run `f` on a one-thread pool of its own: a server that shares the machine with its peer

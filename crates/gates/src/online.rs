@@ -84,6 +84,22 @@ struct State {
     delivered: std::collections::BTreeMap<u64, Vec<u8>>,
     next_id: u64,
     stats: Stats,
+    /// The same by the label in force when each message was sent ([`Ctx::set_label`]).
+    by_label: Vec<(&'static str, Stats)>,
+    label: &'static str,
+}
+
+impl State {
+    fn labelled(&mut self) -> &mut Stats {
+        let label = self.label;
+        match self.by_label.iter().position(|(l, _)| *l == label) {
+            Some(i) => &mut self.by_label[i].1,
+            None => {
+                self.by_label.push((label, Stats::default()));
+                &mut self.by_label.last_mut().expect("just pushed").1
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Ctx {
@@ -115,6 +131,7 @@ impl Ctx {
     /// Charge computation from now on to `label` (a layer type, say) instead of the previous
     /// label.
     pub fn set_label(&self, label: &'static str) {
+        self.state.borrow_mut().label = label;
         let mut t = self.timing.borrow_mut();
         let running = t.since.is_some();
         t.charge();
@@ -146,6 +163,12 @@ impl Ctx {
     /// Communication so far.
     pub fn stats(&self) -> Stats {
         self.state.borrow().stats
+    }
+
+    /// Communication so far by label ([`Ctx::set_label`]), in order of first use: each
+    /// round's message and the peer's reply count for the label in force when it was sent.
+    pub fn stats_by_label(&self) -> Vec<(&'static str, Stats)> {
+        self.state.borrow().by_label.clone()
     }
 
     /// Reconstruct values from additive shares in `Z_{2^bits}`: send this party's shares, add
@@ -284,6 +307,9 @@ impl Ctx {
         };
         st.stats.rounds += 1;
         st.stats.bytes_sent += msg.len() as u64;
+        let l = st.labelled();
+        l.rounds += 1;
+        l.bytes_sent += msg.len() as u64;
         Some(msg)
     }
 
@@ -291,6 +317,7 @@ impl Ctx {
     fn deliver(&self, peer: &[u8]) -> Result<(), GateError> {
         let mut st = self.state.borrow_mut();
         st.stats.bytes_received += peer.len() as u64;
+        st.labelled().bytes_received += peer.len() as u64;
         let expected: usize = st.in_flight.iter().map(|(_, len)| len).sum();
         if peer.len() != expected {
             let round = st.stats.rounds;
