@@ -75,20 +75,23 @@ pub fn compile_cached(spec: &OperatorSpec, options: CompileOptions) -> Result<Ar
 }
 
 /// Rows of `2^NEXP_ROW_BITS` ulps for softmax's `e^{−x}` ([`library::nexp_rows`]): error
-/// at most 32 ulps (7.8e-3 at f = 12; SIGMA's two tables: 6.5e-4), for a window of 64×
-/// fewer positions than the exactly rounded [`library::nexp`] (half the 1,155 of rows of 32
-/// ulps at n = 37). The whole softmax stays in SIGMA's error class (`fusefss bench ops
-/// --n 37 --ops softmax,softmax_causal --impl both`, three runs: 2.2e-3–2.6e-3 against SIGMA's
-/// 1.9e-3–2.3e-3 in the same runs, causal 7.6e-3 against 1.2e-2–1.4e-2), and bert-tiny's
-/// cosine against f64 is unchanged (0.999955; max error 0.0158 against SIGMA's 0.0178).
-/// Against rows of 32 ulps (error 1.5e-3–1.7e-3): `e^{−x}`'s evaluation 746 → 291 M
-/// instructions for 2 × 64Ki elements (callgrind), 624–898 → 547–608 ns per element (min of
-/// 9, alternating), 12 B less key per element, and bert-tiny's softmax layers 84–95 → 71–83
-/// ms (`fusefss bench model --impl fusefss`, three alternating runs).
-pub const NEXP_ROW_BITS: u32 = 6;
+/// at most 16 ulps (3.9e-3 at f = 12; SIGMA's two tables: 6.5e-4), for a window of 32×
+/// fewer positions than the exactly rounded [`library::nexp`]. With [`RECIP_MANTISSA_BITS`]
+/// = 8 the whole softmax's error is below SIGMA's (`fusefss bench ops --ops softmax --impl
+/// both --reps 3`: 1.29e-3 against 2.13e-3 at n = 37, 1.27e-3 against 2.09e-3 at n = 50).
+/// Rows of 64 ulps (error 32 ulps) were ~25 % faster (536 against 706 ns per element at
+/// n = 37, one run each) for 12 B less key per element, but put the softmax's error above
+/// SIGMA's: 2.3e-3–2.7e-3 against 2.1e-3–2.5e-3, and still 2.16e-3 against 2.13e-3 with a
+/// 10-bit `1/S` grid. A floating grid (rows of 32 ulps below 0.5, then 64 cells per
+/// octave, grouped windows) had rows of 32's error and needed more key and time (n = 37:
+/// 1,266 against 971 B and 986 against 706 ns per element), or with one window the same
+/// key and time.
+pub const NEXP_ROW_BITS: u32 = 5;
 
-/// Mantissa bits of softmax's `1/S` grid ([`library::reciprocal_grid`]).
-pub const RECIP_MANTISSA_BITS: u32 = 7;
+/// Mantissa bits of softmax's `1/S` grid ([`library::reciprocal_grid`]): relative error
+/// about `2^{−9}`; the grid is read once per row, so 8 bits against 7 cost ~1.5 B of key
+/// per element (rows of 128) and no measurable time.
+pub const RECIP_MANTISSA_BITS: u32 = 8;
 
 /// Runs of softmax's `1/S` grid span at most `2^10` high positions (three runs at n = 37:
 /// 678 B of key per row; faster than the reduced view's table, CHANGELOG.md).
