@@ -281,6 +281,6 @@ pub fn norm(
         library::rsqrt_grid_out(bits, bits, scale, d, m, library::rsqrt_floor_bits(bits, scale, d, m), extra);
     let rsqrt = Compiled::with_options(&spec, rsqrt_options(bits, scale, d, m))?;
     Norm::with(bits, scale, rows, cols, normalize, gamma, beta, mean, rsqrt)
-        .map(|n| n.with_rsqrt_extra(extra))
+        .and_then(|n| n.with_rsqrt_extra(extra).with_deferred_gain(normalize))
         .map_err(|e| SpecError::Width(e.to_string()))
 }

@@ -16,6 +16,7 @@
 //! | [`lut`] | table lookup by a full-domain 1-bit DPF |
 //! | [`softmax`] | softmax, with and without a causal mask |
 //! | [`norm`] | row sum of squares, LayerNorm, RMSNorm |
+//! | [`gain`] | a normalisation's gain and bias between two truncations, the first's carry deferred (FuseFSS) |
 //! | [`residual`] | residual sum and RMSNorm, with the truncation deferred (FuseFSS) or not |
 //! | [`rsqrt`] | reciprocal square root (pseudo-float index + 13-bit table) |
 //! | [`nonlinear`] | clip, DCF truncate-reduce, GeLU/SiLU, `e^{−x}`, reciprocal (SIGMA's CPU build) |
@@ -28,6 +29,7 @@ pub mod arith;
 pub mod cmp;
 pub mod dealer;
 pub mod error;
+pub mod gain;
 pub mod gate;
 pub mod harness;
 pub mod keyio;

@@ -17,6 +17,7 @@ use zeroize::{Zeroize, ZeroizeOnDrop};
 use crate::arith::{Mul, MulKey};
 use crate::dealer::{random_words, share};
 use crate::error::{GateError, check_len};
+use crate::gain::{DeferredGain, DeferredGainKey};
 use crate::gate::{Gate, KeyPair};
 use crate::keyio::{GateKey, get_words, key_debug, put_words};
 use crate::kit::{check_inputs, check_party, party_term};
@@ -191,6 +192,9 @@ pub struct Norm<M = SigmaShift, Q = SigmaRsqrt> {
     /// `x·(1/σ)` is truncated by `s + e`. A row with one very large channel (an LLM's
     /// attention sink, `σ ≈ 10^3`) has `1/σ` of only a few ulps at scale `s`.
     pub rsqrt_extra: u32,
+    /// Run the gain between the two truncations with the first's carry deferred
+    /// ([`DeferredGain`], FuseFSS: one round and one opening less; SIGMA: false).
+    pub defer_gain: bool,
 }
 
 /// A party's [`Norm`] key (its parts zeroize themselves).
@@ -206,8 +210,14 @@ pub struct NormKey<M: UnaryFamily, Q: UnaryFamily> {
 pub struct NormTailKey<Q: UnaryFamily> {
     rsqrt: KeyOf<Q>,
     mul: MulKey,
-    ars1: ArsSlackKey,
-    ars2: ArsSlackKey,
+    gain: GainKey,
+}
+
+/// The keys of the two truncations around the gain: separate, or with the first's carry
+/// deferred ([`Norm::defer_gain`]).
+enum GainKey {
+    Separate(ArsSlackKey, ArsSlackKey),
+    Deferred(DeferredGainKey),
 }
 
 impl<M: UnaryFamily, Q: UnaryFamily> std::fmt::Debug for NormKey<M, Q> {
@@ -220,8 +230,13 @@ impl<Q: UnaryFamily> NormTailKey<Q> {
     pub(crate) fn write(&self, w: &mut BitWriter) {
         self.rsqrt.write(w);
         self.mul.write(w);
-        self.ars1.write(w);
-        self.ars2.write(w);
+        match &self.gain {
+            GainKey::Separate(a, b) => {
+                a.write(w);
+                b.write(w);
+            }
+            GainKey::Deferred(k) => k.write(w),
+        }
     }
 
     pub(crate) fn read<M: UnaryFamily>(
@@ -233,8 +248,14 @@ impl<Q: UnaryFamily> NormTailKey<Q> {
         Ok(NormTailKey {
             rsqrt: KeyOf::<Q>::read(&s.rsqrt_gate().map_err(bad)?.key_shape(), party, r)?,
             mul: MulKey::read(&s.mul(), party, r)?,
-            ars1: ArsSlackKey::read(&s.ars1(), party, r)?,
-            ars2: ArsSlackKey::read(&s.ars(), party, r)?,
+            gain: if s.defer_gain {
+                GainKey::Deferred(DeferredGainKey::read(&s.gain(), party, r)?)
+            } else {
+                GainKey::Separate(
+                    ArsSlackKey::read(&s.ars1(), party, r)?,
+                    ArsSlackKey::read(&s.ars(), party, r)?,
+                )
+            },
         })
     }
 }
@@ -330,7 +351,19 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
         mean: M,
         rsqrt: Q,
     ) -> Result<Norm<M, Q>, GateError> {
-        let n = Norm { bits, scale, rows, cols, normalize, gamma, beta, mean, rsqrt, rsqrt_extra: 0 };
+        let n = Norm {
+            bits,
+            scale,
+            rows,
+            cols,
+            normalize,
+            gamma,
+            beta,
+            mean,
+            rsqrt,
+            rsqrt_extra: 0,
+            defer_gain: false,
+        };
         n.check()?;
         Ok(n)
     }
@@ -341,11 +374,24 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
         Norm { rsqrt_extra: extra, ..self }
     }
 
+    /// The same with the gain's truncations as one [`DeferredGain`] (or not).
+    ///
+    /// # Errors
+    /// [`GateError::Params`] if the widths do not allow it (`n − s − e < s`).
+    pub fn with_deferred_gain(self, on: bool) -> Result<Norm<M, Q>, GateError> {
+        let n = Norm { defer_gain: on, ..self };
+        n.check()?;
+        Ok(n)
+    }
+
     fn check(&self) -> Result<(), GateError> {
         check_len("gamma", self.cols, self.gamma.len())?;
         check_len("beta", self.cols, self.beta.len())?;
         if self.cols == 0 || self.bits < 2 * self.scale + 4 {
             return Err(GateError::Params(format!("norm over {} columns on {} bits", self.cols, self.bits)));
+        }
+        if self.defer_gain {
+            self.gain().check()?;
         }
         Ok(())
     }
@@ -373,6 +419,19 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
 
     fn mul(&self) -> Mul {
         Mul { bits: self.bits, len: self.rows * self.cols }
+    }
+
+    /// Both truncations around the gain, the first's carry deferred.
+    fn gain(&self) -> DeferredGain {
+        let beta = if self.normalize { self.beta.clone() } else { vec![0; self.cols].into() };
+        DeferredGain {
+            bits: self.bits,
+            s1: self.scale + self.rsqrt_extra,
+            s2: self.scale,
+            len: self.rows * self.cols,
+            gamma: self.gamma.clone(),
+            beta,
+        }
     }
 
     /// The truncation of `x·(1/σ)`.
@@ -463,13 +522,16 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
         let (q0, q1) = self.rsqrt_gate()?.keygen(&[rv], &rrho, rng)?;
         let rz = random_words(rng, rows * self.cols, b);
         let (p0, p1) = self.mul().keygen(&[rt, &self.broadcast(&rrho)], &rz, rng)?;
-        let ru = random_words(rng, rows * self.cols, b);
-        let (a0, a1) = self.ars1().deal(&rz, &ru, rng)?;
-        let (c0, c1) = self.ars().deal(&self.affine(&ru, false), rout, rng)?;
-        Ok((
-            NormTailKey { rsqrt: q0, mul: p0, ars1: a0, ars2: c0 },
-            NormTailKey { rsqrt: q1, mul: p1, ars1: a1, ars2: c1 },
-        ))
+        let (g0, g1) = if self.defer_gain {
+            let (g0, g1) = self.gain().deal(&rz, rout, rng)?;
+            (GainKey::Deferred(g0), GainKey::Deferred(g1))
+        } else {
+            let ru = random_words(rng, rows * self.cols, b);
+            let (a0, a1) = self.ars1().deal(&rz, &ru, rng)?;
+            let (c0, c1) = self.ars().deal(&self.affine(&ru, false), rout, rng)?;
+            (GainKey::Separate(a0, c0), GainKey::Separate(a1, c1))
+        };
+        Ok((NormTailKey { rsqrt: q0, mul: p0, gain: g0 }, NormTailKey { rsqrt: q1, mul: p1, gain: g1 }))
     }
 
     /// The masked output.
@@ -503,8 +565,16 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
     ) -> Result<Vec<u64>, GateError> {
         let rho = self.rsqrt_gate()?.eval(ctx, &key.rsqrt, &[v]).await?;
         let z = self.mul().eval(ctx, &key.mul, &[t, &self.broadcast(&rho)]).await?;
-        let u = self.ars1().run(ctx, &key.ars1, &z).await?;
-        self.ars().run(ctx, &key.ars2, &self.affine(&u, true)).await
+        if matches!(key.gain, GainKey::Deferred(_)) != self.defer_gain {
+            return Err(GateError::KeyMismatch("a normalisation key for the other gain protocol"));
+        }
+        match &key.gain {
+            GainKey::Separate(a, c) => {
+                let u = self.ars1().run(ctx, a, &z).await?;
+                self.ars().run(ctx, c, &self.affine(&u, true)).await
+            }
+            GainKey::Deferred(k) => self.gain().run(ctx, k, &z).await,
+        }
     }
 
     /// The plaintext result.

@@ -50,6 +50,15 @@ impl MaskedBitKey {
         ctx.open_bits(&shares).await
     }
 
+    /// Open `ĉ_j = 1{y_j < α_{k_j}} ⊕ z_{k_j}`: point `k_j` of the key's batch at `y_j` (one
+    /// round; the key holds candidates, the public `k` picks one per element).
+    pub async fn open_indexed(&self, ctx: &Ctx, y: &[u64], k: &[u32]) -> Result<Vec<bool>, GateError> {
+        let mut lt = vec![CmpShares::default(); y.len()];
+        self.cmp.eval_indexed(k, y, &mut lt)?;
+        let shares: Vec<bool> = lt.iter().zip(k).map(|(s, &k)| s.lt.0 ^ self.z[k as usize]).collect();
+        ctx.open_bits(&shares).await
+    }
+
     pub fn read(cmp_bits: u32, party: Party, len: usize, r: &mut BitReader<'_>) -> Result<Self, DecodeError> {
         let params =
             BitDpfParams::new(cmp_bits).map_err(|_| DecodeError::InvalidField("comparison width"))?;

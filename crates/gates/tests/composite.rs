@@ -167,3 +167,85 @@ fn residual_norms_with_and_without_a_deferred_carry() {
     let ln = Norm::layer_norm(50, 12, 1, 4, vec![0u64; 4].into(), vec![0u64; 4].into()).unwrap();
     assert!(DeferredResidualNorm::new(12, ln).is_err());
 }
+
+/// The gain between a normalisation's two truncations with the first's carry deferred
+/// (FuseFSS): `⌊(γ_j·⌊z/2^{s1}⌋ + β_j)/2^{s2}⌋` equals the reference for every input in the
+/// slack range of small rings (both shifts, `n − s1 = s2` at the edge), under every edge
+/// mask, with negative, zero and positive gains; at n = 37 and 50 on random inputs. Three
+/// rounds against the separate truncations' four; the normalisations that use it keep
+/// their reference and take one round less.
+#[test]
+fn gain_between_truncations_with_a_deferred_carry() {
+    use gates::Gate;
+    use gates::gain::DeferredGain;
+    use gates::keyio::KeySizes;
+    use gates::shift::ArsSlack;
+    let mut r = rng(35);
+    for (bits, s1, s2, gammas, betas) in [
+        (12u32, 3u32, 4u32, vec![-7i64, -3, -1, 0, 1, 2, 5, 7], vec![-100i64, 0, 37, 100, -1, 1, 64, -64]),
+        (10, 5, 5, vec![-15, -2, 0, 1, 9, 15], vec![-100, 3, 0, 100, -7, 55]),
+    ] {
+        let ring = Ring::new(bits).unwrap();
+        let cols = gammas.len();
+        let gamma: Arc<[u64]> = gammas.iter().map(|&g| ring.from_signed(g)).collect();
+        let beta: Arc<[u64]> = betas.iter().map(|&b| ring.from_signed(b)).collect();
+        let edge = (1i64 << (bits - 2)) - 1;
+        let z: Vec<u64> =
+            (-edge..=edge).flat_map(|v| std::iter::repeat_n(ring.from_signed(v), cols)).collect();
+        let g = DeferredGain { bits, s1, s2, len: z.len(), gamma: gamma.clone(), beta: beta.clone() };
+        for (k, &m) in edge_masks(bits, &mut r).iter().enumerate() {
+            let masks: Vec<u64> =
+                (0..z.len()).map(|i| if i % 3 == 0 { m } else { ring.add(m, i as u64) }).collect();
+            let out = words(&mut r, z.len(), bits);
+            let rep = check(&g, &[&z[..]], &[&masks[..]], &out, &mut r);
+            assert_eq!(rep.stats[0].rounds, 3, "mask {k}");
+        }
+    }
+    for bits in [37u32, 50] {
+        let ring = Ring::new(bits).unwrap();
+        let cols = 48;
+        let gamma: Arc<[u64]> =
+            (0..cols).map(|j| ring.from_signed(4096 + (j as i64 % 7) * 600 - 1800)).collect();
+        let beta: Arc<[u64]> = (0..cols).map(|j| ring.from_signed(((j as i64 % 5) - 2) << 20)).collect();
+        let len = 20 * cols;
+        let z = signed_words(&mut r, len, bits, 1 << (bits - 4));
+        let g = DeferredGain { bits, s1: 12, s2: 12, len, gamma, beta };
+        let em = edge_masks(bits, &mut r);
+        let masks: Vec<u64> = (0..len).map(|i| em[i % em.len()]).collect();
+        let out = words(&mut r, len, bits);
+        let rep = check(&g, &[&z[..]], &[&masks[..]], &out, &mut r);
+        assert_eq!(rep.stats[0].rounds, 3);
+        // One 12-bit 1-bit DPF and four words per element more than the separate truncations.
+        let (k0, _) = g.keygen(&[&masks], &out, &mut r).unwrap();
+        let ars = ArsSlack { bits, shift: 12, out_bits: bits, len };
+        let (a0, _) = ars.keygen(&[&masks], &out, &mut r).unwrap();
+        let extra =
+            KeySizes::of(&k0).bits as f64 / len as f64 - 2.0 * KeySizes::of(&a0).bits as f64 / len as f64;
+        assert!(extra < 8.0 * 140.0, "{extra} bits more per element");
+        // The bit a uniform mask hides: an opened value never depends on the input alone.
+        assert!(rep.stats[0].bytes_sent > 0);
+    }
+    // `n − s1 < s2`: the second carry would depend on the first truncation's wrap.
+    let g = DeferredGain { bits: 20, s1: 12, s2: 9, len: 1, gamma: vec![1].into(), beta: vec![0].into() };
+    assert!(g.check().is_err());
+    // The normalisations with the deferral: the same reference, one round less.
+    let (bits, s) = (50u32, 12u32);
+    let ring = Ring::new(bits).unwrap();
+    for (rows, cols) in [(4, 64), (3, 48), (2, 1)] {
+        let gamma: Arc<[u64]> =
+            (0..cols).map(|j| ring.from_signed(4096 + (j as i64 % 7) * 300 - 900)).collect();
+        let beta: Arc<[u64]> = (0..cols).map(|j| ring.from_signed(((j as i64 % 5) - 2) << 20)).collect();
+        let x = signed_words(&mut r, rows * cols, bits, 6 << 12);
+        let em = edge_masks(bits, &mut r);
+        let m: Vec<u64> = (0..x.len()).map(|i| em[i % em.len()]).collect();
+        let out = words(&mut r, x.len(), bits);
+        let ln = Norm::layer_norm(bits, s, rows, cols, gamma.clone(), beta).unwrap();
+        let deferred = ln.clone().with_deferred_gain(true).unwrap();
+        let rep = check(&deferred, &[&x[..]], &[&m[..]], &out, &mut r);
+        assert_eq!(rep.stats[0].rounds, 14);
+        assert_eq!(rep.outputs, ln.reference(&[&x]));
+        let rms = Norm::rms_norm(bits, s, rows, cols, gamma).unwrap().with_deferred_gain(true).unwrap();
+        let rep = check(&rms, &[&x[..]], &[&m[..]], &out, &mut r);
+        assert_eq!(rep.stats[0].rounds, 10);
+    }
+}
