@@ -166,6 +166,12 @@ impl BitWriter {
         BitWriter { shares: ShareSink::Record(Box::default()), dropped: Some(0), ..BitWriter::default() }
     }
 
+    /// Whether this writer keeps only share words ([`BitWriter::recording_shares`]): key
+    /// material without any (tree keys, correction words) may then skip writing itself.
+    pub fn keeps_only_shares(&self) -> bool {
+        matches!(self.shares, ShareSink::Record(_))
+    }
+
     /// The share words a [`BitWriter::recording_shares`] writer kept (empty for others).
     pub fn into_shares(self) -> Vec<u8> {
         match self.shares {
@@ -730,6 +736,64 @@ impl<'a> BitReader<'a> {
         Ok(())
     }
 
+    /// Read `count` 128-bit blocks as [`BitReader::get_u128_run`] does, their low and high
+    /// halves appended to `lo` and `hi` (one pass, no block vector in between); returns the
+    /// OR of the low halves (so a caller can check a bit of every block at once).
+    ///
+    /// # Errors
+    /// [`DecodeError::Truncated`] if fewer than `128 · count` bits remain (nothing is read).
+    pub fn get_u128_halves(
+        &mut self,
+        count: usize,
+        lo: &mut Vec<u64>,
+        hi: &mut Vec<u64>,
+    ) -> Result<u64, DecodeError> {
+        let need = count as u64 * 128;
+        if need > self.remaining_bits() {
+            return Err(DecodeError::Truncated {
+                needed: (self.pos + need).div_ceil(8) as usize,
+                available: self.data.len(),
+            });
+        }
+        lo.reserve(count);
+        hi.reserve(count);
+        let first = (self.pos / 8) as usize;
+        let o = (self.pos % 8) as u32;
+        let mut any = 0u64;
+        if o == 0 {
+            // Byte-aligned: each block is 16 bytes as they are.
+            for c in self.data[first..first + 16 * count].chunks_exact(16) {
+                let l = u64::from_le_bytes(c[..8].try_into().expect("8 bytes"));
+                any |= l;
+                lo.push(l);
+                hi.push(u64::from_le_bytes(c[8..].try_into().expect("8 bytes")));
+            }
+            self.pos += need;
+            return Ok(any);
+        }
+        // Not byte-aligned: each block from 17 bytes, shifted (`o` is 1..=7), while they lie
+        // inside the data; the last through `get_u128`.
+        let mut left = count;
+        while left > 0 {
+            let at = (self.pos / 8) as usize;
+            let Some(b) = self.data.get(at..at + 17) else { break };
+            let w = u128::from_le_bytes(b[..16].try_into().expect("16 bytes"));
+            let v = (w >> o) | (u128::from(b[16]) << (128 - o));
+            any |= v as u64;
+            lo.push(v as u64);
+            hi.push((v >> 64) as u64);
+            self.pos += 128;
+            left -= 1;
+        }
+        for _ in 0..left {
+            let v = self.get_u128()?;
+            any |= v as u64;
+            lo.push(v as u64);
+            hi.push((v >> 64) as u64);
+        }
+        Ok(any)
+    }
+
     /// Read `count` 128-bit blocks, appended to `out` (as `count` calls of
     /// [`BitReader::get_u128`], one bounds check for the run).
     ///
@@ -1133,6 +1197,16 @@ mod tests {
                 assert_eq!(got32, vals.iter().map(|&v| u128::from(v)).collect::<Vec<_>>());
                 assert_eq!(got_b, blocks, "{lead} + {bits}");
                 r.finish().unwrap();
+                // The same blocks as halves, with the OR of the low halves.
+                r2.get_u128_run(0, &mut vec![]).unwrap();
+                let (mut lo, mut hi) = (vec![], vec![]);
+                let any = r2.get_u128_halves(count, &mut lo, &mut hi).unwrap();
+                assert_eq!(lo, blocks.iter().map(|&b| b as u64).collect::<Vec<_>>(), "{lead} + {bits}");
+                assert_eq!(hi, blocks.iter().map(|&b| (b >> 64) as u64).collect::<Vec<_>>());
+                assert_eq!(any, blocks.iter().fold(0, |a, &b| a | b as u64));
+                r2.finish().unwrap();
+                let mut r = BitReader::new(&bytes);
+                assert!(r.get_u128_halves(count + 100, &mut lo, &mut hi).is_err());
                 // A run longer than the stream reads nothing and fails.
                 let mut r = BitReader::new(&bytes);
                 let mut none = vec![];

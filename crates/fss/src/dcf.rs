@@ -507,6 +507,10 @@ impl DcfKeys {
 
     /// Append the raw material of the batch (no envelope) to a bit stream.
     pub fn write_material(&self, w: &mut BitWriter) {
+        // No share words here: a recording pass skips it.
+        if w.keeps_only_shares() {
+            return;
+        }
         self.tree.write(w);
         for &v in self.vcw.iter().chain(&self.fcw) {
             w.put(v, self.params.out_bits);

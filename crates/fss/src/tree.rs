@@ -115,6 +115,10 @@ impl TreeKeys {
     }
 
     pub fn write(&self, w: &mut BitWriter) {
+        // No share words here: a recording pass skips it.
+        if w.keeps_only_shares() {
+            return;
+        }
         w.put_roots(&self.roots);
         let (lo, hi) = (&self.scw_lo, &self.scw_hi);
         w.put_u64_run(2 * lo.len().min(hi.len()), |i| if i % 2 == 0 { lo[i / 2] } else { hi[i / 2] });
@@ -132,12 +136,10 @@ impl TreeKeys {
         if t.roots.iter().any(|root| root & 1 != 0) {
             return Err(DecodeError::InvalidField("root seed has its control bit set"));
         }
-        let mut scw = Vec::with_capacity(keys * levels as usize);
-        r.get_u128_run(keys * levels as usize, &mut scw)?;
-        if scw.iter().any(|c| c & 1 != 0) {
+        let low_bits = r.get_u128_halves(keys * levels as usize, &mut t.scw_lo, &mut t.scw_hi)?;
+        if low_bits & 1 != 0 {
             return Err(DecodeError::InvalidField("seed correction word has bit 0 set"));
         }
-        scw.into_iter().for_each(|c| t.push_scw(c));
         let mut tcw = Vec::with_capacity(2 * keys);
         r.get_run(levels, 2 * keys, &mut tcw)?;
         for pair in tcw.chunks_exact(2) {

@@ -183,6 +183,10 @@ impl BitDpfKeys {
 
     /// Append the raw material of the batch (no envelope) to a bit stream.
     pub fn write_material(&self, w: &mut BitWriter) {
+        // No share words here: a recording pass skips it.
+        if w.keeps_only_shares() {
+            return;
+        }
         if self.params.is_table() {
             let bits = 1u32 << self.params.domain_bits;
             for cw in &self.leaf_cw {
@@ -225,9 +229,15 @@ impl BitDpfKeys {
         }
         let tree = TreeKeys::read(r, params.levels() - 1, count)?;
         let leaf_cw = {
-            let mut v = Vec::new();
-            r.get_u128_run(2 * count, &mut v)?;
-            v.chunks_exact(2).map(|c| [c[0], c[1]]).collect()
+            // Pairs of blocks, read a chunk at a time (no vector of all blocks in between).
+            let mut v: Vec<[u128; 2]> = Vec::with_capacity(count);
+            let mut chunk = Vec::with_capacity(1024);
+            while v.len() < count {
+                chunk.clear();
+                r.get_u128_run(2 * (count - v.len()).min(512), &mut chunk)?;
+                v.extend(chunk.chunks_exact(2).map(|c| [c[0], c[1]]));
+            }
+            v
         };
         Ok(BitDpfKeys { params, party, tree, leaf_cw })
     }
