@@ -259,7 +259,11 @@ pub fn rsqrt(bits: u32, scale: u32, cols: usize, m: u32) -> Result<Compiled, Spe
 /// LayerNorm (`normalize`) or RMSNorm with the mean's shift in one round (a DCF carry with
 /// slack, [`SlackShift`]: the row sum, like every truncated value, is below `2^{n−2}`; SIGMA
 /// takes 4 rounds, an exact compiled shift 2) and a compiled reciprocal square root (2
-/// rounds instead of 5).
+/// rounds instead of 5). LayerNorm opens its mean with the centred rows' sums of squares
+/// (`gates::centre`, one round for both) and runs its gain between the two truncations with
+/// the first's carry deferred (`gates::gain`: one round and one opening per element less):
+/// 7 rounds against SIGMA's 15. RMSNorm keeps its separate truncations (a decode step's
+/// key per token, issue 24's figure, would grow by ~5 %).
 ///
 /// # Errors
 /// [`SpecError`] for unsupported widths, [`GateError`] (as a message) for parameter vectors
@@ -281,6 +285,6 @@ pub fn norm(
         library::rsqrt_grid_out(bits, bits, scale, d, m, library::rsqrt_floor_bits(bits, scale, d, m), extra);
     let rsqrt = Compiled::with_options(&spec, rsqrt_options(bits, scale, d, m))?;
     Norm::with(bits, scale, rows, cols, normalize, gamma, beta, mean, rsqrt)
-        .and_then(|n| n.with_rsqrt_extra(extra).with_deferred_gain(normalize))
+        .and_then(|n| n.with_rsqrt_extra(extra).with_centred_sum_sq(normalize).with_deferred_gain(normalize))
         .map_err(|e| SpecError::Width(e.to_string()))
 }

@@ -16,6 +16,7 @@
 //! | [`lut`] | table lookup by a full-domain 1-bit DPF |
 //! | [`softmax`] | softmax, with and without a causal mask |
 //! | [`norm`] | row sum of squares, LayerNorm, RMSNorm |
+//! | [`centre`] | LayerNorm's mean and centred sums of squares in one round (FuseFSS) |
 //! | [`gain`] | a normalisation's gain and bias between two truncations, the first's carry deferred (FuseFSS) |
 //! | [`residual`] | residual sum and RMSNorm, with the truncation deferred (FuseFSS) or not |
 //! | [`rsqrt`] | reciprocal square root (pseudo-float index + 13-bit table) |
@@ -26,6 +27,7 @@
 //! argument checks and the one-input `Gate` plumbing through a private gate kit (`kit`).
 
 pub mod arith;
+pub mod centre;
 pub mod cmp;
 pub mod dealer;
 pub mod error;

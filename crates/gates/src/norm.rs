@@ -15,6 +15,7 @@ use fss::{DecodeError, Party};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use crate::arith::{Mul, MulKey};
+use crate::centre::{CentredSumSq, CentredSumSqKey};
 use crate::dealer::{random_words, share};
 use crate::error::{GateError, check_len};
 use crate::gain::{DeferredGain, DeferredGainKey};
@@ -195,14 +196,23 @@ pub struct Norm<M = SigmaShift, Q = SigmaRsqrt> {
     /// Run the gain between the two truncations with the first's carry deferred
     /// ([`DeferredGain`], FuseFSS: one round and one opening less; SIGMA: false).
     pub defer_gain: bool,
+    /// Open the mean and the centred rows' sums of squares in one round ([`CentredSumSq`],
+    /// FuseFSS LayerNorm; SIGMA: false; RMSNorm has no mean).
+    pub centred_sum_sq: bool,
 }
 
 /// A party's [`Norm`] key (its parts zeroize themselves).
 pub struct NormKey<M: UnaryFamily, Q: UnaryFamily> {
     party: Party,
-    mean: Option<KeyOf<M>>,
-    sumsq: SumSqKey,
+    front: NormFront<M>,
     tail: NormTailKey<Q>,
+}
+
+/// The keys of a normalisation up to its sum of squares: the mean's shift (LayerNorm) and
+/// the sum of squares, separate or in one round ([`Norm::centred_sum_sq`]).
+enum NormFront<M: UnaryFamily> {
+    Separate { mean: Option<KeyOf<M>>, sumsq: SumSqKey },
+    Centred(Box<CentredSumSqKey>),
 }
 
 /// The keys of a normalisation after its sum of squares: `1/σ`, the product `x·(1/σ)` and
@@ -268,26 +278,31 @@ impl<M: UnaryFamily, Q: UnaryFamily> GateKey for NormKey<M, Q> {
     }
 
     fn write(&self, w: &mut BitWriter) {
-        if let Some(m) = &self.mean {
-            m.write(w);
+        match &self.front {
+            NormFront::Separate { mean, sumsq } => {
+                if let Some(m) = mean {
+                    m.write(w);
+                }
+                sumsq.write(w);
+            }
+            NormFront::Centred(k) => k.write(w),
         }
-        self.sumsq.write(w);
         self.tail.write(w);
     }
 
     fn read(s: &Norm<M, Q>, party: Party, r: &mut BitReader<'_>) -> Result<NormKey<M, Q>, DecodeError> {
         let bad = |_| DecodeError::InvalidField("norm shape");
-        let mean = if s.normalize {
-            Some(KeyOf::<M>::read(&s.mean_gate().map_err(bad)?.key_shape(), party, r)?)
+        let front = if s.fused_front() {
+            NormFront::Centred(Box::new(s.centred().read(party, r)?))
         } else {
-            None
+            let mean = if s.normalize {
+                Some(KeyOf::<M>::read(&s.mean_gate().map_err(bad)?.key_shape(), party, r)?)
+            } else {
+                None
+            };
+            NormFront::Separate { mean, sumsq: SumSqKey::read(&s.sumsq(), party, r)? }
         };
-        Ok(NormKey {
-            party,
-            mean,
-            sumsq: SumSqKey::read(&s.sumsq(), party, r)?,
-            tail: NormTailKey::read(s, party, r)?,
-        })
+        Ok(NormKey { party, front, tail: NormTailKey::read(s, party, r)? })
     }
 }
 
@@ -363,6 +378,7 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
             rsqrt,
             rsqrt_extra: 0,
             defer_gain: false,
+            centred_sum_sq: false,
         };
         n.check()?;
         Ok(n)
@@ -372,6 +388,29 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
     /// must compute `2^{s+extra}/√(v/cols)`).
     pub fn with_rsqrt_extra(self, extra: u32) -> Norm<M, Q> {
         Norm { rsqrt_extra: extra, ..self }
+    }
+
+    /// The same with LayerNorm's mean and sum of squares as one [`CentredSumSq`] (or not;
+    /// RMSNorm has no mean and ignores it).
+    pub fn with_centred_sum_sq(self, on: bool) -> Norm<M, Q> {
+        Norm { centred_sum_sq: on, ..self }
+    }
+
+    fn fused_front(&self) -> bool {
+        self.centred_sum_sq && self.normalize
+    }
+
+    /// The mean's shift and the centred sum of squares in one round.
+    fn centred(&self) -> CentredSumSq {
+        let (f, k) = self.mean_factor();
+        let doubled = if k == 0 { 2 } else { 1 };
+        CentredSumSq {
+            bits: self.bits,
+            shift: Norm::mean_shift(self.scale, self.cols),
+            factor: f * doubled,
+            rows: self.rows,
+            cols: self.cols,
+        }
     }
 
     /// The same with the gain's truncations as one [`DeferredGain`] (or not).
@@ -485,6 +524,17 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
     ) -> Result<KeyPair<NormKey<M, Q>>, GateError> {
         self.check()?;
         let (b, rows) = (self.bits, self.rows);
+        if self.fused_front() {
+            let rmu = random_words(rng, rows, b);
+            let rv = random_words(rng, rows, b);
+            let (f0, f1) = self.centred().deal(r, &rmu, &rv, rng)?;
+            let rt = self.centre(r, &rmu);
+            let (t0, t1) = self.deal_tail(&rt, &rv, rout, rng)?;
+            return Ok((
+                NormKey { party: Party::P0, front: NormFront::Centred(Box::new(f0)), tail: t0 },
+                NormKey { party: Party::P1, front: NormFront::Centred(Box::new(f1)), tail: t1 },
+            ));
+        }
         let (mean, rt) = if self.normalize {
             let rmu = random_words(rng, rows, b);
             let (m0, m1) = self.mean_gate()?.keygen(&[&self.row_sums(r)], &rmu, rng)?;
@@ -500,8 +550,8 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
             None => (None, None),
         };
         Ok((
-            NormKey { party: Party::P0, mean: mean0, sumsq: s0, tail: t0 },
-            NormKey { party: Party::P1, mean: mean1, sumsq: s1, tail: t1 },
+            NormKey { party: Party::P0, front: NormFront::Separate { mean: mean0, sumsq: s0 }, tail: t0 },
+            NormKey { party: Party::P1, front: NormFront::Separate { mean: mean1, sumsq: s1 }, tail: t1 },
         ))
     }
 
@@ -540,14 +590,24 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
     /// As [`Gate::eval`].
     pub async fn run(&self, ctx: &Ctx, key: &NormKey<M, Q>, xh: &[u64]) -> Result<Vec<u64>, GateError> {
         self.check()?;
-        let t = match &key.mean {
-            Some(k) => {
-                let mu = self.mean_gate()?.eval(ctx, k, &[&self.row_sums(xh)]).await?;
-                self.centre(xh, &mu)
+        let (t, v) = match (&key.front, self.fused_front()) {
+            (NormFront::Centred(k), true) => {
+                let (mu, v) = self.centred().run(ctx, k, xh).await?;
+                (self.centre(xh, &mu), v)
             }
-            None => xh.to_vec(),
+            (NormFront::Separate { mean, sumsq }, false) => {
+                let t = match mean {
+                    Some(k) => {
+                        let mu = self.mean_gate()?.eval(ctx, k, &[&self.row_sums(xh)]).await?;
+                        self.centre(xh, &mu)
+                    }
+                    None => xh.to_vec(),
+                };
+                let v = self.sumsq().run(ctx, sumsq, &t).await?;
+                (t, v)
+            }
+            _ => return Err(GateError::KeyMismatch("a normalisation key for the other mean protocol")),
         };
-        let v = self.sumsq().run(ctx, &key.sumsq, &t).await?;
         self.run_tail(ctx, &key.tail, &t, &v).await
     }
 

@@ -229,23 +229,72 @@ fn gain_between_truncations_with_a_deferred_carry() {
     let g = DeferredGain { bits: 20, s1: 12, s2: 9, len: 1, gamma: vec![1].into(), beta: vec![0].into() };
     assert!(g.check().is_err());
     // The normalisations with the deferral: the same reference, one round less.
-    let (bits, s) = (50u32, 12u32);
-    let ring = Ring::new(bits).unwrap();
-    for (rows, cols) in [(4, 64), (3, 48), (2, 1)] {
-        let gamma: Arc<[u64]> =
-            (0..cols).map(|j| ring.from_signed(4096 + (j as i64 % 7) * 300 - 900)).collect();
-        let beta: Arc<[u64]> = (0..cols).map(|j| ring.from_signed(((j as i64 % 5) - 2) << 20)).collect();
-        let x = signed_words(&mut r, rows * cols, bits, 6 << 12);
-        let em = edge_masks(bits, &mut r);
-        let m: Vec<u64> = (0..x.len()).map(|i| em[i % em.len()]).collect();
-        let out = words(&mut r, x.len(), bits);
-        let ln = Norm::layer_norm(bits, s, rows, cols, gamma.clone(), beta).unwrap();
-        let deferred = ln.clone().with_deferred_gain(true).unwrap();
-        let rep = check(&deferred, &[&x[..]], &[&m[..]], &out, &mut r);
-        assert_eq!(rep.stats[0].rounds, 14);
-        assert_eq!(rep.outputs, ln.reference(&[&x]));
-        let rms = Norm::rms_norm(bits, s, rows, cols, gamma).unwrap().with_deferred_gain(true).unwrap();
-        let rep = check(&rms, &[&x[..]], &[&m[..]], &out, &mut r);
-        assert_eq!(rep.stats[0].rounds, 10);
+    for (bits, s) in [(50u32, 12u32), (37, 12)] {
+        let ring = Ring::new(bits).unwrap();
+        for (rows, cols) in [(4, 64), (3, 48), (2, 1)] {
+            let gamma: Arc<[u64]> =
+                (0..cols).map(|j| ring.from_signed(4096 + (j as i64 % 7) * 300 - 900)).collect();
+            let beta: Arc<[u64]> = (0..cols).map(|j| ring.from_signed(((j as i64 % 5) - 2) << 20)).collect();
+            let x = signed_words(&mut r, rows * cols, bits, 6 << 12);
+            let em = edge_masks(bits, &mut r);
+            let ln = Norm::layer_norm(bits, s, rows, cols, gamma.clone(), beta).unwrap();
+            let rms = Norm::rms_norm(bits, s, rows, cols, gamma).unwrap().with_deferred_gain(true).unwrap();
+            for round in 0..em.len() {
+                let m: Vec<u64> = (0..x.len()).map(|i| em[(i + round) % em.len()]).collect();
+                let out = words(&mut r, x.len(), bits);
+                let deferred = ln.clone().with_deferred_gain(true).unwrap();
+                let rep = check(&deferred, &[&x[..]], &[&m[..]], &out, &mut r);
+                assert_eq!(rep.stats[0].rounds, 14);
+                assert_eq!(rep.outputs, ln.reference(&[&x]));
+                let rep = check(&rms, &[&x[..]], &[&m[..]], &out, &mut r);
+                assert_eq!(rep.stats[0].rounds, 10);
+            }
+        }
     }
+}
+
+/// LayerNorm's mean and the centred rows' sums of squares in one round (FuseFSS): the
+/// same reference as the separate mean shift and sum of squares, under edge masks, with
+/// power-of-two rows, rows of 48 (a factor before the shift) and one-column rows (a
+/// doubled sum), a row whose sum is near the mean's slack bound, and with the deferred gain
+/// after it. SIGMA's LayerNorm (a 4-round mean shift, then the sum of squares) takes 15
+/// rounds; with the one round 11, and 10 with the deferred gain too.
+#[test]
+fn layer_norm_with_its_mean_and_sum_of_squares_in_one_round() {
+    use gates::Gate;
+    let mut r = rng(36);
+    for (bits, s) in [(50u32, 12u32), (37, 12)] {
+        let ring = Ring::new(bits).unwrap();
+        for (rows, cols) in [(4, 64), (3, 48), (2, 1), (1, 128)] {
+            let gamma: Arc<[u64]> =
+                (0..cols).map(|j| ring.from_signed(4096 + (j as i64 % 7) * 300 - 900)).collect();
+            let beta: Arc<[u64]> = (0..cols).map(|j| ring.from_signed(((j as i64 % 5) - 2) << 20)).collect();
+            let mut x = signed_words(&mut r, rows * cols, bits, 6 << 12);
+            // Row 0 near the slack bound of its scaled sum (`2^{n−2}`), and of its sum of
+            // squares (`2^{n−1}`), one sign throughout.
+            let factor = if cols.is_power_of_two() { 1 } else { (1i64 << s) / cols as i64 };
+            let by_sum = ((1i64 << (bits - 2)) - 1) / (cols as i64 * factor);
+            let by_squares = (((1i64 << (bits - 1)) / cols as i64) as f64).sqrt() as i64;
+            let near = by_sum.min(by_squares) - 4;
+            (0..cols).for_each(|j| x[j] = ring.from_signed(if j % 2 == 0 { near } else { near - 3 }));
+            let em = edge_masks(bits, &mut r);
+            let ln = Norm::layer_norm(bits, s, rows, cols, gamma, beta).unwrap();
+            let want = ln.reference(&[&x]);
+            for round in 0..em.len() {
+                let m: Vec<u64> = (0..x.len()).map(|i| em[(i * 7 + round) % em.len()]).collect();
+                let out = words(&mut r, x.len(), bits);
+                let centred = ln.clone().with_centred_sum_sq(true);
+                let rep = check(&centred, &[&x[..]], &[&m[..]], &out, &mut r);
+                assert_eq!(rep.stats[0].rounds, 11);
+                assert_eq!(rep.outputs, want);
+                let both = centred.with_deferred_gain(true).unwrap();
+                let rep = check(&both, &[&x[..]], &[&m[..]], &out, &mut r);
+                assert_eq!(rep.stats[0].rounds, 10);
+            }
+        }
+    }
+    // RMSNorm has no mean: the option changes nothing.
+    let rms = Norm::rms_norm(50, 12, 2, 8, vec![4096u64; 8].into()).unwrap();
+    let x = [5u64; 16];
+    assert_eq!(rms.clone().with_centred_sum_sq(true).reference(&[&x]), rms.reference(&[&x]));
 }

@@ -61,8 +61,9 @@ pub const VERSION: u16 = 2;
 /// 14: FuseFSS softmax's `e^{−x}`, row sums, `1/S` and product in `Z_{2^{2f+3}}`. 15: FuseFSS
 /// LayerNorm's `1/σ` grid of 7 mantissa bits. 16: FuseFSS softmax's `e^{−x}` in rows of 32
 /// ulps and its `1/S` grid of 8 mantissa bits. 17: FuseFSS LayerNorm's gain between its
-/// truncations with the first's carry deferred (`gates::gain`).
-pub const PROTOCOL_REVISION: u64 = 17;
+/// truncations with the first's carry deferred (`gates::gain`). 18: FuseFSS LayerNorm's mean
+/// and centred sums of squares in one round (`gates::centre`).
+pub const PROTOCOL_REVISION: u64 = 18;
 const KIND_INPUT: u8 = 1;
 const KIND_GATE: u8 = 2;
 const KIND_OUTPUT: u8 = 3;
