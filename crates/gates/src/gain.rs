@@ -25,9 +25,9 @@ use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use crate::dealer::share;
 use crate::error::{GateError, check_len};
-use crate::gate::{Gate, KeyPair};
+use crate::gate::Gate;
 use crate::keyio::{GateKey, get_words, put_words};
-use crate::kit::{check_inputs, check_party, party_term};
+use crate::kit::{check_inputs, check_party, party_term, unary};
 use crate::online::Ctx;
 use crate::shift::{MaskedBitKey, deal_masked_bits};
 
@@ -112,8 +112,17 @@ impl DeferredGain {
         Widths { bits: self.bits, s2: self.s2 }
     }
 
-    /// The plaintext result for one input at column `j`.
-    fn plain(&self, z: u64, j: usize) -> u64 {
+    fn input_width(&self) -> u32 {
+        self.bits
+    }
+
+    fn output_width(&self) -> u32 {
+        self.bits
+    }
+
+    /// The plaintext result for element `i`.
+    fn plain(&self, z: u64, i: usize) -> u64 {
+        let j = i % self.gamma.len();
         let ring = Ring::new(self.bits).expect("checked width");
         let u = ring.to_signed(z) >> self.s1;
         let a = self.gamma[j].wrapping_mul(u as u64).wrapping_add(self.beta[j]) & mask(self.bits);
@@ -283,47 +292,4 @@ impl GateKey for DeferredGainKey {
     }
 }
 
-impl Gate for DeferredGain {
-    type Key = DeferredGainKey;
-
-    fn input_bits(&self) -> Vec<u32> {
-        vec![self.bits]
-    }
-
-    fn input_lens(&self) -> Vec<usize> {
-        vec![self.len]
-    }
-
-    fn output_bits(&self) -> u32 {
-        self.bits
-    }
-
-    fn output_len(&self) -> usize {
-        self.len
-    }
-
-    fn key_shape(&self) -> DeferredGain {
-        self.clone()
-    }
-
-    fn keygen<R: CryptoRng + ?Sized>(
-        &self,
-        masks_in: &[&[u64]],
-        mask_out: &[u64],
-        rng: &mut R,
-    ) -> Result<KeyPair<DeferredGainKey>, GateError> {
-        check_inputs(masks_in, &self.input_lens())?;
-        self.deal(masks_in[0], mask_out, rng)
-    }
-
-    async fn eval(&self, ctx: &Ctx, key: &DeferredGainKey, inputs: &[&[u64]]) -> Result<Vec<u64>, GateError> {
-        check_inputs(inputs, &self.input_lens())?;
-        check_party(ctx, key.party())?;
-        self.run(ctx, key, inputs[0]).await
-    }
-
-    fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
-        let cols = self.gamma.len().max(1);
-        inputs[0].iter().enumerate().map(|(i, &z)| self.plain(z, i % cols)).collect()
-    }
-}
+unary!(DeferredGain, DeferredGainKey, by_index);

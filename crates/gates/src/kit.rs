@@ -34,9 +34,18 @@ pub(crate) fn party_term(p: Party) -> u64 {
 }
 
 /// Implements the [`Gate`](crate::gate::Gate) plumbing for a one-input gate with `in_bits()`, `out_bits()`,
-/// `deal`, `run` and `plain`.
+/// `deal`, `run` and `plain` (`plain(x)`, or `plain(x, i)` with the element's index `i`
+/// after `by_index`).
 macro_rules! unary {
     ($shape:ty, $key:ty) => {
+        unary!(@gate $shape, $key, |s: &$shape, x: &[u64]| x.iter().map(|&x| s.plain(x)).collect());
+    };
+    ($shape:ty, $key:ty, by_index) => {
+        unary!(@gate $shape, $key, |s: &$shape, x: &[u64]| {
+            x.iter().enumerate().map(|(i, &x)| s.plain(x, i)).collect()
+        });
+    };
+    (@gate $shape:ty, $key:ty, $reference:expr) => {
         impl Gate for $shape {
             type Key = $key;
 
@@ -78,7 +87,7 @@ macro_rules! unary {
             }
 
             fn reference(&self, inputs: &[&[u64]]) -> Vec<u64> {
-                inputs[0].iter().map(|&x| self.plain(x)).collect()
+                ($reference)(self, inputs[0])
             }
         }
     };
