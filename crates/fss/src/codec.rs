@@ -644,6 +644,17 @@ impl<'a> BitReader<'a> {
         Ok(())
     }
 
+    /// [`DecodeError::Truncated`] unless `bits` more bits remain.
+    fn ensure(&self, bits: u64) -> Result<(), DecodeError> {
+        if bits > self.remaining_bits() {
+            return Err(DecodeError::Truncated {
+                needed: (self.pos + bits).div_ceil(8) as usize,
+                available: self.data.len(),
+            });
+        }
+        Ok(())
+    }
+
     /// Bits not yet read.
     pub fn remaining_bits(&self) -> u64 {
         self.data.len() as u64 * 8 - self.pos
@@ -707,12 +718,7 @@ impl<'a> BitReader<'a> {
     ) -> Result<(), DecodeError> {
         debug_assert!(bits <= 64);
         let need = count as u64 * bits as u64;
-        if need > self.remaining_bits() {
-            return Err(DecodeError::Truncated {
-                needed: (self.pos + need).div_ceil(8) as usize,
-                available: self.data.len(),
-            });
-        }
+        self.ensure(need)?;
         out.reserve(count);
         if bits == 0 {
             out.extend(std::iter::repeat_with(|| map(0)).take(count));
@@ -749,12 +755,7 @@ impl<'a> BitReader<'a> {
         hi: &mut Vec<u64>,
     ) -> Result<u64, DecodeError> {
         let need = count as u64 * 128;
-        if need > self.remaining_bits() {
-            return Err(DecodeError::Truncated {
-                needed: (self.pos + need).div_ceil(8) as usize,
-                available: self.data.len(),
-            });
-        }
+        self.ensure(need)?;
         lo.reserve(count);
         hi.reserve(count);
         let first = (self.pos / 8) as usize;
@@ -801,12 +802,7 @@ impl<'a> BitReader<'a> {
     /// [`DecodeError::Truncated`] if fewer than `128 · count` bits remain (nothing is read).
     pub fn get_u128_run(&mut self, count: usize, out: &mut Vec<u128>) -> Result<(), DecodeError> {
         let need = count as u64 * 128;
-        if need > self.remaining_bits() {
-            return Err(DecodeError::Truncated {
-                needed: (self.pos + need).div_ceil(8) as usize,
-                available: self.data.len(),
-            });
-        }
+        self.ensure(need)?;
         out.reserve(count);
         if self.pos.is_multiple_of(8) {
             // Byte-aligned: the blocks are the bytes as they are.

@@ -23,7 +23,7 @@ use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use crate::dealer::share;
 use crate::error::{GateError, check_len};
-use crate::keyio::{get_words, put_words};
+use crate::keyio::{get_words, key_debug, put_words};
 use crate::kit::party_term;
 use crate::online::Ctx;
 
@@ -60,11 +60,7 @@ pub struct CentredSumSqKey {
     rows: [Vec<u64>; ROW_WORDS],
 }
 
-impl std::fmt::Debug for CentredSumSqKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CentredSumSqKey").field("party", &self.party).finish_non_exhaustive()
-    }
-}
+key_debug!(CentredSumSqKey);
 
 impl CentredSumSq {
     fn params(&self) -> Result<DcfParams, GateError> {

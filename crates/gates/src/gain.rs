@@ -26,7 +26,7 @@ use zeroize::{Zeroize, ZeroizeOnDrop};
 use crate::dealer::share;
 use crate::error::{GateError, check_len};
 use crate::gate::Gate;
-use crate::keyio::{GateKey, get_words, put_words};
+use crate::keyio::{GateKey, get_words, key_debug, put_words};
 use crate::kit::{check_inputs, check_party, party_term, unary};
 use crate::online::Ctx;
 use crate::shift::{MaskedBitKey, deal_masked_bits};
@@ -76,11 +76,7 @@ pub struct DeferredGainKey {
     wrap: [Vec<u64>; 4],
 }
 
-impl std::fmt::Debug for DeferredGainKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeferredGainKey").finish_non_exhaustive()
-    }
-}
+key_debug!(DeferredGainKey);
 
 impl DeferredGain {
     /// Check the widths and the gain's and bias's lengths.
