@@ -15,6 +15,8 @@
 //! | [`gelu`] | `x·Φ(x)` (erf or tanh form) as `ReLU(x) − round(δ(x))` | signed, `n_in` bits |
 //! | [`silu`] | `x·σ(x)` as `ReLU(x) − round(δ(x))` | signed |
 //! | [`gelu_rows`], [`silu_rows`] | `ReLU(x) − T[row]`: the residual from rows of `2^s` ulps (SIGMA-class error, split-view comparison) | signed |
+//! | [`gelu_rows_fine`] | as [`gelu_rows`], the two rows at the residual's kink halved (error below SIGMA's, slower) | signed |
+//! | [`of_product`] | a slack residual spec of `⌊z / 2^f⌋`, read from `z` (a truncation fused in) | signed, slack |
 //! | [`sigmoid`], [`tanh`] | rounded step functions | signed |
 //! | [`nexp`] | `e^{−x}` for `x ≥ 0`, `1` for negative `x` | `n_in` bits |
 //! | [`nexp_rows`] | as [`nexp`], from minimax rows of `2^s` ulps (split-view comparison) | `n_in` bits |
@@ -221,18 +223,21 @@ fn relu_minus_residual(
     spec(name, n_in, l, true, f, b, p)
 }
 
-/// `ReLU(x) − T[(x − lo) >> s]` on `[lo, −lo)` with `lo = −L` (below), and `ReLU(x)` outside:
-/// a residual read from rows of `2^s` ulps, each holding the rounded midpoint of the
+/// `ReLU(x) − T[row]` on `[lo, −lo)` with `lo = −L` (below), and `ReLU(x)` outside: a
+/// residual read from rows of `2^s` ulps, each holding the rounded midpoint of the
 /// residual's range over the row (the error is half the residual's variation over a row plus
-/// ½ ulp). Every boundary is a multiple of `2^s`, so the compiler answers the comparisons
-/// with a key on the high `n_in − s` bits and the `s`-bit carry (a split view): a few hundred
-/// thresholds cost a few hundred positions of one small key instead of a window over every
-/// input ulp. `reach` must be a power of two with `reach·2^f ≤ 2^{n_in−2}`.
+/// ½ ulp). With `halve_kink`, the two rows beside 0, where the residual has its kink and
+/// varies most, are rows of `2^{s−1}` ([`gelu_rows_fine`]). Every boundary is a multiple of the row width, so the
+/// compiler answers the comparisons with a key on the high bits and a carry of the low bits
+/// (a split view): a few hundred thresholds cost a few hundred positions of one small key
+/// instead of a window over every input ulp. `reach` must be a power of two with
+/// `reach·2^f ≤ 2^{n_in−2}`.
 ///
 /// The rows stop at the first row boundary `L ≤ reach·2^f` from which on the residual is
 /// at most the rows' own error (GeLU at `f = 12`, `s = 7`: `L = 2.78125`, 178 rows instead
 /// of 256; its residual there is 7.5e-3 against the rows' 7.7e-3). The maximum error is
 /// unchanged and the comparison's window is that much narrower.
+#[allow(clippy::too_many_arguments)]
 fn relu_minus_rows(
     name: String,
     func: Function,
@@ -241,62 +246,129 @@ fn relu_minus_rows(
     f: u32,
     reach: u64,
     s: u32,
+    halve_kink: bool,
 ) -> OperatorSpec {
     let one = (1u64 << f) as f64;
     let full = reach << f;
     assert!(reach.is_power_of_two() && full <= half(n_in) / 2 && s >= 1 && full >> s >= 1, "bad row layout");
-    // Each row `[a, a + 2^s)` of `[−full, full)`: the rounded midpoint of the residual's
-    // range, and its error.
-    let all: Vec<(i64, f64)> = (0..(2 * full) >> s)
-        .map(|i| {
-            let a = (i << s) as i64 - full as i64;
-            let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-            for x in a..a + (1i64 << s) {
-                let v = func.residual(x as f64 / one);
-                lo = lo.min(v);
-                hi = hi.max(v);
-            }
-            let v = round_half_up((lo + hi) / 2.0 * one);
-            (v, (v as f64 - lo * one).max(hi * one - v as f64))
-        })
-        .collect();
-    let row_error = all.iter().map(|r| r.1).fold(0.0, f64::max);
+    // The rounded midpoint of the residual's range over `[a, a + w)`, and its error.
+    let row = |a: i64, w: i64| {
+        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        for x in a..a + w {
+            let v = func.residual(x as f64 / one);
+            lo = lo.min(v);
+            hi = hi.max(v);
+        }
+        let v = round_half_up((lo + hi) / 2.0 * one);
+        (v, (v as f64 - lo * one).max(hi * one - v as f64))
+    };
+    // Rows `(start, width, value, error)` of `[−full, full)`, the two beside 0 halved on request.
+    let w = 1i64 << s;
+    let mut all: Vec<(i64, i64, i64, f64)> = vec![];
+    for a in (-(full as i64)..full as i64).step_by(w as usize) {
+        let cuts: &[(i64, i64)] =
+            if halve_kink && (a == -w || a == 0) { &[(0, w / 2), (w / 2, w / 2)] } else { &[(0, w)] };
+        for &(o, width) in cuts {
+            let (v, e) = row(a + o, width);
+            all.push((a + o, width, v, e));
+        }
+    }
+    let row_error = all.iter().map(|r| r.3).fold(0.0, f64::max);
     // (The residual is even and falls from its peak, below 2, on.)
     let mut limit = full;
     while limit - (1 << s) >= 2 << f && func.residual((limit - (1 << s)) as f64 / one) * one <= row_error {
         limit -= 1 << s;
     }
-    let rows = (2 * limit) >> s;
     // The kept rows are the middle ones of `all`.
-    let skip = ((full - limit) >> s) as usize;
-    let table: Vec<i64> = all[skip..skip + rows as usize].iter().map(|r| r.0).collect();
+    let table: Vec<(i64, i64, i64, f64)> =
+        all.into_iter().filter(|r| r.0 >= -(limit as i64) && r.0 < limit as i64).collect();
     let mut starts = vec![0, half(n_in), limit];
-    starts.extend((0..rows).map(|i| unsigned_of(i as i64 * (1i64 << s) - limit as i64, n_in)));
+    starts.extend(table.iter().map(|r| unsigned_of(r.0, n_in)));
     let (b, p) = from_starts(starts, |u| {
         let x = signed_of(u, n_in);
-        let inside = x >= -(limit as i64) && x < limit as i64;
-        relu_minus(x, if inside { table[((x + limit as i64) >> s) as usize] } else { 0 })
+        let t = table.iter().find(|r| x >= r.0 && x < r.0 + r.1).map_or(0, |r| r.2);
+        relu_minus(x, t)
     });
     spec(name, n_in, l, true, f, b, p)
 }
 
 /// GeLU with its residual read from rows of `2^s` ulps over at most `[−4, 4)`, cut where
 /// the residual falls below the rows' error (see [`relu_minus_rows`]; at `f = 12`, `s = 7`:
-/// `[−2.78125, 2.78125)`, error 7.7e-3, SIGMA's 8-bit table: 7.6e-3); at `s = 6` the error
+/// `[−2.78125, 2.78125)`, error 7.67e-3, SIGMA's 8-bit table: 7.60e-3); at `s = 6` the error
 /// is 3.9e-3, for a comparison on `n_in − 6` bits.
 pub fn gelu_rows(n_in: u32, l: u32, f: u32, form: GeluForm, s: u32) -> OperatorSpec {
+    gelu_rows_with(n_in, l, f, form, s, false)
+}
+
+/// [`gelu_rows`] with the two rows beside 0 (the residual's kink) halved: at `f = 12`,
+/// `s = 7` the error is 7.23e-3 (below SIGMA's 7.60e-3) for ~8 B more key per element, but
+/// the comparison is split at `s − 1` and reads twice the positions: 15–25 % more
+/// evaluation time at n = 50 (`fusefss bench ops --ops gelu --n 50 --impl both`, CHANGELOG.md).
+pub fn gelu_rows_fine(n_in: u32, l: u32, f: u32, form: GeluForm, s: u32) -> OperatorSpec {
+    gelu_rows_with(n_in, l, f, form, s, true)
+}
+
+fn gelu_rows_with(n_in: u32, l: u32, f: u32, form: GeluForm, s: u32, halve_kink: bool) -> OperatorSpec {
     let func = match form {
         GeluForm::Erf => Function::Gelu,
         GeluForm::Tanh => Function::GeluTanh,
     };
-    let name = format!("gelu{}-rows{s}-{n_in}", if form == GeluForm::Tanh { "_tanh" } else { "" });
-    relu_minus_rows(name, func, n_in, l, f, 4, s)
+    let fine = if halve_kink { "-fine" } else { "" };
+    let name = format!("gelu{}-rows{s}{fine}-{n_in}", if form == GeluForm::Tanh { "_tanh" } else { "" });
+    relu_minus_rows(name, func, n_in, l, f, 4, s, halve_kink)
 }
 
 /// SiLU with its residual read from rows of `2^s` ulps over at most `[−8, 8)` (see
 /// [`relu_minus_rows`]; the residual at 8 is 2.7e-3).
 pub fn silu_rows(n_in: u32, l: u32, f: u32, s: u32) -> OperatorSpec {
-    relu_minus_rows(format!("silu-rows{s}-{n_in}"), Function::Silu, n_in, l, f, 8, s)
+    relu_minus_rows(format!("silu-rows{s}-{n_in}"), Function::Silu, n_in, l, f, 8, s, false)
+}
+
+/// The function `spec` computes of `x = ⌊z / 2^shift⌋`, read from `z` (`in_bits + shift`
+/// bits, slack): a truncation fused into the operator that reads its output (paper §3.6,
+/// the fused shift). `spec` must be a slack spec whose pieces are each one polynomial
+/// `a + b·X` of degree ≤ 1 (the residual forms, [`gelu_rows`] and [`silu_rows`]). Interval
+/// `[s, t)` of `x` is `[s·2^shift, t·2^shift)` of `z`; each piece keeps `a` and `b` as
+/// constants and `Φ` computes `b·⌊z/2^shift⌋ + a`, so the gate opens `z` once and takes the
+/// truncation's carry with its comparisons.
+///
+/// # Panics
+/// If `spec` is not of that form or `in_bits + shift > 63`.
+pub fn of_product(spec: &OperatorSpec, shift: u32) -> OperatorSpec {
+    let n = spec.in_bits;
+    let wide = n + shift;
+    assert!(
+        spec.slack && spec.signed && spec.phi.is_none() && shift >= 1 && wide <= 63,
+        "not a slack residual spec"
+    );
+    let pieces: Vec<Piece> = spec
+        .pieces
+        .iter()
+        .map(|p| {
+            assert!(p.polys.len() == 1 && p.polys[0].len() <= 2 && p.consts.is_empty() && p.bools.is_empty());
+            let (a, b) = (p.polys[0].first().copied().unwrap_or(0), p.polys[0].get(1).copied().unwrap_or(0));
+            Piece { consts: vec![a, b], ..Piece::default() }
+        })
+        .collect();
+    let boundaries: Vec<u64> =
+        spec.boundaries.iter().map(|&b| unsigned_of(signed_of(b, n) << shift, wide)).collect();
+    let nodes = vec![
+        Node::Shr { bits: shift },
+        Node::Aux { index: 1 },
+        Node::Mul { a: 1, b: 0 },
+        Node::Aux { index: 0 },
+        Node::Add { a: 2, b: 3 },
+    ];
+    OperatorSpec {
+        name: format!("{}-of-product{shift}", spec.name),
+        in_bits: wide,
+        scale: spec.scale.map(|f| f + shift),
+        out_scale: spec.out_scale.or(spec.scale),
+        boundaries,
+        pieces,
+        phi: Some(Phi { nodes, outputs: vec![Output::Arith(4)] }),
+        ..spec.clone()
+    }
 }
 
 /// `max(x, 0)` for a signed `n_in`-bit input, into `Z_{2^l}`.

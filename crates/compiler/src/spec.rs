@@ -582,8 +582,14 @@ impl OperatorSpec {
             if !self.atoms.is_empty() || self.bool_count() > 0 {
                 return bad("Boolean outputs and atoms are not supported");
             }
-            if self.phi.as_ref().is_some_and(|p| p.nodes.iter().any(|n| matches!(n, Node::Shr { .. }))) {
-                return bad("shifts are not supported");
+            // (A shift reads `u = x + 2^{n−2}`, whose wrap is local; it must leave the
+            // slack range's bits: `bits ≤ n − 2`.)
+            if self
+                .phi
+                .as_ref()
+                .is_some_and(|p| p.nodes.iter().any(|v| matches!(*v, Node::Shr { bits } if bits > n - 2)))
+            {
+                return bad("a shift by more than n − 2 bits");
             }
         }
         for (i, a) in self.atoms.iter().enumerate() {

@@ -20,6 +20,7 @@ fn small() -> Vec<OperatorSpec> {
         slack(relu(8, 12)),
         slack(gelu(10, 14, 4, GeluForm::Erf)),
         slack(gelu_rows(12, 14, 4, GeluForm::Erf, 2)),
+        slack(gelu_rows_fine(12, 14, 4, GeluForm::Erf, 2)),
         slack(silu_rows(12, 13, 3, 1)),
         gelu(10, 14, 4, GeluForm::Erf),
         gelu(11, 11, 4, GeluForm::Tanh),
@@ -197,4 +198,69 @@ fn nonneg_exp_rows_match_below_the_sign() {
         assert_eq!(b.eval(x).arith, want, "x = {x}");
     }
     assert_eq!(b.boundaries.len() + 1, a.boundaries.len());
+}
+
+/// A truncation fused into the residual activations that read it ([`of_product`]): every
+/// product in the slack range under every edge mask at small widths, split at the shift and
+/// grouped at the rows, exactly `spec(⌊z / 2^f⌋)`.
+#[test]
+fn activations_of_a_product_at_small_widths() {
+    let specs = [
+        (slack(gelu_rows(9, 12, 3, GeluForm::Erf, 1)), 3),
+        (slack(gelu_rows(8, 12, 3, GeluForm::Tanh, 2)), 4),
+        (slack(silu_rows(8, 11, 2, 1)), 3),
+        (slack(relu(7, 11)), 4),
+    ];
+    for (i, (x_spec, f)) in specs.iter().enumerate() {
+        let z_spec = of_product(x_spec, *f);
+        z_spec.validate().unwrap();
+        let n = x_spec.in_bits;
+        for z in (0..1u64 << z_spec.in_bits).filter(|&z| z_spec.slack_holds(z)) {
+            let x =
+                (((z << (64 - z_spec.in_bits)) as i64 >> (64 - z_spec.in_bits)) >> f) as u64 & ((1 << n) - 1);
+            assert_eq!(z_spec.eval(z), x_spec.eval(x), "{} at {z}", z_spec.name);
+        }
+        for (j, w) in [None, Some(4), Some(12)].into_iter().enumerate() {
+            let o = CompileOptions { split: Some(true), grouped: w, ..CompileOptions::default() };
+            exhaustive(&z_spec, o, 900 + 10 * i as u64 + j as u64);
+        }
+    }
+}
+
+/// A slack spec's shift ([`ars`] with slack: the wrap of `u = x + 2^{n−2}` is local, only
+/// the carry is compared) is exact and costs what the hand-written truncation with slack
+/// (`gates::shift::ArsSlack`, SIGMA's two rounds) costs: its stored key within 2 % at n = 37
+/// and 50, two rounds.
+#[test]
+fn a_slack_shift_compiles_to_the_truncation_with_slack() {
+    use gates::Gate;
+    use gates::keyio::KeySizes;
+    let len = 1024;
+    let mut r = common::rng(17);
+    for (n, f) in [(37u32, 12u32), (50, 12), (12, 3)] {
+        let spec = slack(ars(n, f, false));
+        spec.validate().unwrap();
+        if n == 12 {
+            exhaustive(&spec, CompileOptions::default(), 1300);
+            continue;
+        }
+        full_width(&spec, CompileOptions::default(), 300, 1300 + n as u64);
+        let masks: Vec<u64> = (0..len).map(|_| fss::rng::Rng::next_u64(&mut r) & ((1u64 << n) - 1)).collect();
+        let program = compiler::compile(&spec, CompileOptions::default()).unwrap();
+        assert_eq!(program.cost().rounds, 2);
+        let gate = compiler::CompiledGate::new(std::sync::Arc::new(program), len);
+        let (k, _) = gate.keygen(&[&masks], &masks, &mut r).unwrap();
+        let compiled = KeySizes::of(&k).stored_bytes(true)[0];
+        let ars = gates::shift::ArsSlack { bits: n, shift: f, out_bits: n, len };
+        let (k, _) = ars.keygen(&[&masks], &masks, &mut r).unwrap();
+        let hand = KeySizes::of(&k).stored_bytes(true)[0];
+        assert!(compiled * 100 <= hand * 102, "n = {n}: {compiled} against {hand} bytes");
+    }
+    // Past `n − 2` bits the slack range has nothing left to shift.
+    let mut spec = slack(ars(12, 3, false));
+    spec.phi = Some(compiler::spec::Phi {
+        nodes: vec![compiler::spec::Node::Shr { bits: 11 }],
+        outputs: vec![compiler::spec::Output::Arith(0)],
+    });
+    assert!(spec.validate().is_err());
 }

@@ -332,6 +332,9 @@ impl<'a> Lower<'a> {
         // The wrap term is a multiple of 2^m: it vanishes when the output ring is that narrow.
         let w = if m >= l {
             Sym::zero(l)
+        } else if self.spec.slack {
+            // A slack spec reads `u = x + 2^{n−2} < 2^{n−1}`: its wrap is local.
+            self.slack_wrap()
         } else {
             match self.fams.mode() {
                 FullWidth::Split(_) | FullWidth::Grouped(..) => {
@@ -355,6 +358,10 @@ impl<'a> Lower<'a> {
         }
         if self.spec.signed {
             y = y.sub(&Sym::constant(l, 1u64 << (m - 1)));
+        }
+        if self.spec.slack {
+            // `⌊x / 2^f⌋ = ⌊u / 2^f⌋ − 2^{n−2−f}` (`2^{n−2}` is a multiple of `2^f`).
+            y = y.sub(&Sym::constant(l, (1u64 << (n - 2 - f)) & mask(l)));
         }
         y
     }
@@ -729,6 +736,10 @@ impl<'a> Lower<'a> {
         }
         let v0 = self.step_value(starts, vals, Some(f))?;
         let jump = self.step_value(&ds, &dv, Some(f))?;
+        if jump.is_empty() {
+            // (A constant run, say the lone start at 0 of a grouped split: no carry.)
+            return Ok(v0);
+        }
         let c = self.fams.carry(f);
         let c = self.arith(&BExpr::Leaf(c));
         Ok(v0.sub(&c.mul(&jump).expect("opened bits")))
