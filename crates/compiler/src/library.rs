@@ -302,8 +302,9 @@ pub fn gelu_rows(n_in: u32, l: u32, f: u32, form: GeluForm, s: u32) -> OperatorS
 
 /// [`gelu_rows`] with the two rows beside 0 (the residual's kink) halved: at `f = 12`,
 /// `s = 7` the error is 7.23e-3 (below SIGMA's 7.60e-3) for ~8 B more key per element, but
-/// the comparison is split at `s − 1` and reads twice the positions: 15–25 % more
-/// evaluation time at n = 50 (`fusefss bench ops --ops gelu --n 50 --impl both`, CHANGELOG.md).
+/// the comparison is split at `s − 1` and reads twice the positions: 6–31 % more
+/// evaluation time at n = 50 in three alternating runs (`fusefss bench ops --ops gelu
+/// --n 50 --impl both --rows 7 --split true --slack --reps 5`, CHANGELOG.md).
 pub fn gelu_rows_fine(n_in: u32, l: u32, f: u32, form: GeluForm, s: u32) -> OperatorSpec {
     gelu_rows_with(n_in, l, f, form, s, true)
 }
