@@ -106,5 +106,90 @@ fn bench_aes(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_eval, bench_full_domain, bench_keygen, bench_aes);
+/// Key decoding (`fss::codec`): the bulk reads a server runs on every key it loads, per
+/// word read, at a bit offset (a key's runs rarely start on a byte).
+fn bench_codec(c: &mut Criterion) {
+    use fss::codec::{BitReader, BitWriter};
+    use fss::pad::PadStream;
+    const WORDS: usize = 1 << 16;
+    let mut r = DealerRng::seed_from_u64(2);
+    let mut g = c.benchmark_group("codec");
+    g.throughput(Throughput::Elements(WORDS as u64));
+    let mut w = BitWriter::new();
+    w.put(1, 3);
+    points(&mut r, 2 * WORDS, 64).iter().for_each(|&v| w.put(v, 64));
+    let data = w.finish();
+    g.bench_function("u128_halves_unaligned", |b| {
+        let (mut lo, mut hi) = (Vec::new(), Vec::new());
+        b.iter(|| {
+            lo.clear();
+            hi.clear();
+            let mut rd = BitReader::new(black_box(&data));
+            rd.get(3).unwrap();
+            rd.get_u128_halves(WORDS, &mut lo, &mut hi).unwrap()
+        })
+    });
+    g.bench_function("copy_16_bytes", |b| {
+        let mut out: Vec<u8> = Vec::with_capacity(data.len());
+        b.iter(|| {
+            out.clear();
+            out.extend_from_slice(black_box(&data[..16 * WORDS]));
+        })
+    });
+    g.bench_function("run_37_bits", |b| {
+        let mut out = Vec::new();
+        b.iter(|| {
+            out.clear();
+            let mut rd = BitReader::new(black_box(&data));
+            rd.get(3).unwrap();
+            rd.get_run(37, WORDS, &mut out).unwrap();
+        })
+    });
+    g.bench_function("pad_share_run_37_bits", |b| {
+        let mut out = Vec::new();
+        b.iter(|| {
+            out.clear();
+            let pad = PadStream::new(&[7; 16]);
+            let mut rd = BitReader::with_pad(black_box(&data), pad, u64::MAX, true);
+            rd.get_share_run_map(37, WORDS, &mut out, |x| x).unwrap();
+        })
+    });
+    let vals = points(&mut r, WORDS, 37);
+    // (Into a reused buffer: a fresh one's page faults would be most of the time.)
+    let mut buf: Vec<u8> = Vec::with_capacity(16 * WORDS + 64);
+    g.bench_function("write_share_run_37_bits", |b| {
+        b.iter(|| {
+            buf.clear();
+            let mut w = BitWriter::with_prefix(std::mem::take(&mut buf));
+            w.put(1, 3);
+            w.put_share_run(37, WORDS, |i| vals[i]);
+            buf = w.finish();
+        })
+    });
+    g.bench_function("write_split_share_run_37_bits", |b| {
+        // As the seeded encoding writes party 1's key: the other party's words recorded,
+        // then a split writer over them (half of the words stored).
+        let mut rec = BitWriter::recording_shares();
+        rec.put_share_run(37, WORDS, |i| vals[i] ^ 5);
+        let other = rec.into_shares();
+        b.iter(|| {
+            let mut w =
+                BitWriter::split(other.clone(), PadStream::new(&[3; 16]), 37 * WORDS as u64 / 2, true);
+            w.put_share_run(37, WORDS, |i| vals[i]);
+            w.finish_split()
+        })
+    });
+    g.bench_function("write_u64_run_unaligned", |b| {
+        b.iter(|| {
+            buf.clear();
+            let mut w = BitWriter::with_prefix(std::mem::take(&mut buf));
+            w.put(1, 3);
+            w.put_u64_run(2 * WORDS, |i| vals[i / 2]);
+            buf = w.finish();
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_eval, bench_full_domain, bench_keygen, bench_aes, bench_codec);
 criterion_main!(benches);

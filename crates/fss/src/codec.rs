@@ -30,6 +30,10 @@ use crate::error::DecodeError;
 use crate::pad::{PadStream, RootStream};
 use crate::ring::mask;
 use crate::share::Party;
+use zeroize::Zeroize;
+
+/// Share words a split writer handles at a time ([`BitWriter::put_share_run`]).
+const SPLIT_CHUNK: usize = 1024;
 
 /// Appends fields of 1..=64 bits (and 128-bit blocks) to a byte vector, LSB first.
 ///
@@ -100,6 +104,57 @@ fn bits_at(words: &[u64], at: usize, k: u32) -> u64 {
         v |= words[w + 1] << (64 - o);
     }
     v & mask(k)
+}
+
+/// Append the fields of `bits` (1..=64) bits at bits `pos`, `pos + bits`, … of `data`,
+/// mapped by `map`, for as many of the first `count` as have their read window (8 bytes
+/// for `bits ≤ 57`, else 16) inside `data`; returns how many that is (the caller reads the
+/// rest checked). From a sized iterator, so no capacity check per field: about 3× faster
+/// than pushing field by field.
+#[inline]
+pub(crate) fn read_fields<T>(
+    data: &[u8],
+    pos: u64,
+    bits: u32,
+    count: usize,
+    out: &mut Vec<T>,
+    map: impl Fn(u64) -> T,
+) -> usize {
+    let span = if bits <= 57 { 8 } else { 16 };
+    let safe = match data.len().checked_sub(span) {
+        // Fields that start before bit `lim` have their window inside the data.
+        Some(last) if (last as u64 + 1) * 8 > pos => {
+            let lim = (last as u64 + 1) * 8;
+            (count as u64).min((lim - pos).div_ceil(bits as u64)) as usize
+        }
+        _ => 0,
+    };
+    let (m, b) = (mask(bits), bits as u64);
+    if span == 8 {
+        out.extend((0..safe as u64).map(|i| {
+            let p = pos + i * b;
+            let first = (p / 8) as usize;
+            map((u64::from_le_bytes(data[first..first + 8].try_into().expect("8 bytes")) >> (p % 8)) & m)
+        }));
+    } else {
+        out.extend((0..safe as u64).map(|i| {
+            let p = pos + i * b;
+            let first = (p / 8) as usize;
+            let w = u128::from_le_bytes(data[first..first + 16].try_into().expect("16 bytes"));
+            map((w >> (p % 8)) as u64 & m)
+        }));
+    }
+    safe
+}
+
+/// Append `words` to `buf` as little-endian bytes.
+#[inline]
+fn append_words(buf: &mut Vec<u8>, words: &[u64]) {
+    let at = buf.len();
+    buf.resize(at + 8 * words.len(), 0);
+    for (b, w) in buf[at..].chunks_exact_mut(8).zip(words) {
+        b.copy_from_slice(&w.to_le_bytes());
+    }
 }
 
 /// `v`'s low `k ≤ 64` bits placed at bits `at .. at + k` of the bit string `words`.
@@ -217,10 +272,7 @@ impl BitWriter {
     pub fn put_share_run(&mut self, bits: u32, count: usize, mut word: impl FnMut(usize) -> u64) {
         debug_assert!(bits <= 64);
         match &mut self.shares {
-            ShareSink::Inline => {
-                self.reserve(count as u64 * bits as u64);
-                (0..count).for_each(|i| self.put(word(i), bits));
-            }
+            ShareSink::Inline => self.put_run(bits, count, word),
             ShareSink::Count { offset, split, below } => {
                 if *offset < *split {
                     *below += side_run(*offset, *split, bits, count) as u64 * bits as u64;
@@ -234,19 +286,39 @@ impl BitWriter {
                 while i < count {
                     let (k, stored) = a.segment(bits, count - i);
                     if stored {
-                        for j in i..i + k {
-                            let v = word(j);
-                            let s = read_field(&a.other, a.other_pos, bits);
-                            a.other_pos += bits as u64;
-                            if a.keep_own {
-                                a.own.put(v, bits);
+                        // A chunk at a time: this party's words, the other's, and the other's
+                        // pad, each read in bulk, then both streams written in bulk.
+                        let (mut vals, mut others, mut pads) = (vec![], vec![], vec![]);
+                        let mut j = i;
+                        while j < i + k {
+                            let c = (i + k - j).min(SPLIT_CHUNK);
+                            vals.clear();
+                            vals.extend((j..j + c).map(&mut word));
+                            others.clear();
+                            let got = read_fields(&a.other, a.other_pos, bits, c, &mut others, |x| x);
+                            for q in got..c {
+                                others.push(read_field(
+                                    &a.other,
+                                    a.other_pos + (q * bits as usize) as u64,
+                                    bits,
+                                ));
                             }
-                            self.put(v.wrapping_add(s).wrapping_sub(a.pad.take(bits)), bits);
+                            a.other_pos += (c * bits as usize) as u64;
+                            pads.clear();
+                            a.pad.take_run(bits, c, &mut pads, |x| x);
+                            if a.keep_own {
+                                a.own.put_run(bits, c, |q| vals[q]);
+                            }
+                            self.put_run(bits, c, |q| vals[q].wrapping_add(others[q]).wrapping_sub(pads[q]));
+                            j += c;
                         }
+                        vals.zeroize();
+                        others.zeroize();
+                        pads.zeroize();
                     } else {
                         // The pad's own words: nothing stored, the other party's pad passed over.
                         if a.keep_own {
-                            (i..i + k).for_each(|j| a.own.put(word(j), bits));
+                            a.own.put_run(bits, k, |q| word(i + q));
                         }
                         a.other_pos += (k * bits as usize) as u64;
                         a.pad.skip((k * bits as usize) as u64);
@@ -378,6 +450,43 @@ impl BitWriter {
         }
     }
 
+    /// Append `count` fields of `bits ≤ 64` bits, field `i` being the low bits of `word(i)`:
+    /// as `count` calls of [`BitWriter::put`], packed 64 words at a time, each field OR-ed
+    /// in at its own bit position (no chain through the accumulator from field to field:
+    /// about 1.5× faster than field by field).
+    #[inline]
+    pub fn put_run(&mut self, bits: u32, count: usize, mut word: impl FnMut(usize) -> u64) {
+        debug_assert!(bits <= 64);
+        // (Short runs field by field: a block costs its setup.)
+        if self.dropped.is_some() || bits == 0 || count * (bits as usize) < 1024 {
+            return (0..count).for_each(|i| self.put(word(i), bits));
+        }
+        self.buf.reserve((count as u64 * bits as u64).div_ceil(8) as usize + 8);
+        let m = mask(bits);
+        let mut out = [0u64; 65];
+        let b = bits as usize;
+        let mut i = 0;
+        while i < count {
+            // The pending bits first, then as many fields as complete at most 64 words.
+            let pending = self.pending as usize;
+            out[0] = self.acc as u64;
+            let k = (count - i).min((64 * 64 - pending) / b);
+            for (q, p) in (pending..).step_by(b).take(k).enumerate() {
+                let (w, sh) = (p / 64, p % 64);
+                let v = word(i + q) & m;
+                out[w] |= v << sh;
+                out[w + 1] |= (v >> 1) >> (63 - sh);
+            }
+            let end = pending + k * b;
+            let whole = end / 64;
+            append_words(&mut self.buf, &out[..whole]);
+            self.acc = u128::from(out[whole]);
+            self.pending = (end % 64) as u32;
+            out[..=whole].iter_mut().for_each(|o| *o = 0);
+            i += k;
+        }
+    }
+
     /// Append `count` 64-bit fields, field `i` being `word(i)`: as `count` calls of
     /// [`BitWriter::put`] with 64 bits, without the bit accumulator's bookkeeping per field.
     #[inline]
@@ -389,17 +498,27 @@ impl BitWriter {
         }
         self.buf.reserve(8 * count);
         let sh = self.pending;
+        // (Appended 64 words at a time.)
+        let mut done = [0u64; 64];
         if sh == 0 {
-            (0..count).for_each(|i| self.buf.extend_from_slice(&word(i).to_le_bytes()));
+            for at in (0..count).step_by(done.len()) {
+                let k = (count - at).min(done.len());
+                done[..k].iter_mut().enumerate().for_each(|(q, d)| *d = word(at + q));
+                append_words(&mut self.buf, &done[..k]);
+            }
             return;
         }
         // `pending < 64` bits wait in the accumulator: each field completes a word with its
         // low `64 − sh` bits and leaves its high `sh` bits waiting.
         let mut acc = self.acc as u64;
-        for i in 0..count {
-            let v = word(i);
-            self.buf.extend_from_slice(&(acc | v << sh).to_le_bytes());
-            acc = v >> (64 - sh);
+        for at in (0..count).step_by(done.len()) {
+            let k = (count - at).min(done.len());
+            for (q, d) in done[..k].iter_mut().enumerate() {
+                let v = word(at + q);
+                *d = acc | v << sh;
+                acc = v >> (64 - sh);
+            }
+            append_words(&mut self.buf, &done[..k]);
         }
         self.acc = acc as u128;
     }
@@ -634,7 +753,7 @@ impl<'a> BitReader<'a> {
             let p = self.pad.as_mut().expect("a pad");
             let (k, mine) = p.segment(bits, left);
             if mine {
-                (0..k).for_each(|_| out.push(map(p.pad.take(bits))));
+                p.pad.take_run(bits, k, out, &map);
             } else {
                 p.pad.skip(k as u64 * bits as u64);
                 self.get_run_map(bits, k, out, &map)?;
@@ -724,19 +843,9 @@ impl<'a> BitReader<'a> {
             out.extend(std::iter::repeat_with(|| map(0)).take(count));
             return Ok(());
         }
-        let m = mask(bits);
-        // Fields whose 16-byte window lies inside the data, read without further checks;
-        // the last few through `get`.
-        let safe_end = (self.data.len().saturating_sub(16) as u64) * 8;
-        let mut left = count;
-        while left > 0 && self.pos < safe_end {
-            let first = (self.pos / 8) as usize;
-            let w = u128::from_le_bytes(self.data[first..first + 16].try_into().expect("16 bytes"));
-            out.push(map((w >> (self.pos % 8)) as u64 & m));
-            self.pos += bits as u64;
-            left -= 1;
-        }
-        for _ in 0..left {
+        let safe = read_fields(self.data, self.pos, bits, count, out, &map);
+        self.pos += safe as u64 * bits as u64;
+        for _ in safe..count {
             out.push(map(self.get(bits)?));
         }
         Ok(())
@@ -760,33 +869,40 @@ impl<'a> BitReader<'a> {
         hi.reserve(count);
         let first = (self.pos / 8) as usize;
         let o = (self.pos % 8) as u32;
-        let mut any = 0u64;
-        if o == 0 {
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+        let at = lo.len();
+        // Into slices sized first, one pass (pushing both halves word by word ran 5× slower,
+        // and extending each half from an indexed iterator 3×: bounds checks per word).
+        let whole = if o == 0 {
             // Byte-aligned: each block is 16 bytes as they are.
-            for c in self.data[first..first + 16 * count].chunks_exact(16) {
-                let l = u64::from_le_bytes(c[..8].try_into().expect("8 bytes"));
-                any |= l;
-                lo.push(l);
-                hi.push(u64::from_le_bytes(c[8..].try_into().expect("8 bytes")));
+            lo.resize(at + count, 0);
+            hi.resize(at + count, 0);
+            let src = &self.data[first..first + 16 * count];
+            for ((l, h), b) in lo[at..].iter_mut().zip(&mut hi[at..]).zip(src.chunks_exact(16)) {
+                (*l, *h) = (word(&b[..8]), word(&b[8..]));
             }
-            self.pos += need;
-            return Ok(any);
-        }
-        // Not byte-aligned: each block from 17 bytes, shifted (`o` is 1..=7), while they lie
-        // inside the data; the last through `get_u128`.
-        let mut left = count;
-        while left > 0 {
-            let at = (self.pos / 8) as usize;
-            let Some(b) = self.data.get(at..at + 17) else { break };
-            let w = u128::from_le_bytes(b[..16].try_into().expect("16 bytes"));
-            let v = (w >> o) | (u128::from(b[16]) << (128 - o));
-            any |= v as u64;
-            lo.push(v as u64);
-            hi.push((v >> 64) as u64);
-            self.pos += 128;
-            left -= 1;
-        }
-        for _ in 0..left {
+            count
+        } else {
+            // Not byte-aligned: each block from its 16 bytes shifted right by `o` (1..=7)
+            // and the next byte's low bits on top (64-bit shifts by `o` and `64 − o`), for
+            // the blocks with a byte after them; the last through `get_u128`.
+            let whole = count.min((self.data.len() - first).saturating_sub(1) / 16);
+            let src = &self.data[first..first + 16 * whole + 1];
+            lo.resize(at + whole, 0);
+            hi.resize(at + whole, 0);
+            let next = src.get(16..).unwrap_or_default().iter().step_by(16);
+            for (((l, h), b), &nx) in
+                lo[at..].iter_mut().zip(&mut hi[at..]).zip(src.chunks_exact(16)).zip(next)
+            {
+                let (w0, w1) = (word(&b[..8]), word(&b[8..]));
+                *l = w0 >> o | w1 << (64 - o);
+                *h = w1 >> o | u64::from(nx) << (64 - o);
+            }
+            whole
+        };
+        let mut any = lo[at..].iter().fold(0, |a, &l| a | l);
+        self.pos += 128 * whole as u64;
+        for _ in whole..count {
             let v = self.get_u128()?;
             any |= v as u64;
             lo.push(v as u64);
@@ -812,19 +928,21 @@ impl<'a> BitReader<'a> {
             self.pos += need;
             return Ok(());
         }
-        // Not byte-aligned: each block from 17 bytes, shifted (`o` is 1..=7), while they lie
-        // inside the data; the last few through `get_u128`.
-        let o = (self.pos % 8) as u32;
-        let mut left = count;
-        while left > 0 {
-            let first = (self.pos / 8) as usize;
-            let Some(b) = self.data.get(first..first + 17) else { break };
-            let w = u128::from_le_bytes(b[..16].try_into().expect("16 bytes"));
-            out.push((w >> o) | (u128::from(b[16]) << (128 - o)));
-            self.pos += 128;
-            left -= 1;
-        }
-        for _ in 0..left {
+        // Not byte-aligned: each block from its 16 bytes and the next byte, shifted (`o` is
+        // 1..=7; 64-bit shifts), for the blocks with a byte after them (from a sized
+        // iterator); the last through `get_u128`.
+        let (first, o) = ((self.pos / 8) as usize, (self.pos % 8) as u32);
+        let whole = count.min((self.data.len() - first).saturating_sub(1) / 16);
+        let src = &self.data[first..first + 16 * whole + 1];
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+        out.extend(src.chunks_exact(16).zip(src.get(16..).unwrap_or_default().iter().step_by(16)).map(
+            |(b, &nx)| {
+                let (w0, w1) = (word(&b[..8]), word(&b[8..]));
+                u128::from(w0 >> o | w1 << (64 - o)) | u128::from(w1 >> o | u64::from(nx) << (64 - o)) << 64
+            },
+        ));
+        self.pos += 128 * whole as u64;
+        for _ in whole..count {
             out.push(self.get_u128()?);
         }
         Ok(())
@@ -1050,8 +1168,11 @@ mod tests {
         let mut rng = DealerRng::seed_from_u64(8);
         // Each run behind a prefix of every length mod 64, so every accumulator state occurs.
         for lead in 0..70u32 {
-            for bits in [1u32, 13, 50, 64] {
-                let count = 1 + (rng.next_u64() % 40) as usize;
+            for bits in [1u32, 13, 37, 50, 64] {
+                // Short runs, and for some leads runs across the bulk writer's blocks
+                // (4,096 bits) and the split writer's chunks (1,024 words).
+                let long = if lead % 5 == 2 { 4_000 } else { 0 };
+                let count = 1 + long + (rng.next_u64() % 300) as usize;
                 let a: Vec<u64> = (0..count).map(|_| rng.next_u64() & mask(bits)).collect();
                 let b: Vec<u64> = (0..count).map(|_| rng.next_u64() & mask(bits)).collect();
                 let lead_word = rng.next_u64();
@@ -1171,7 +1292,7 @@ mod tests {
             x
         };
         for lead in 0..8u32 {
-            for bits in [0u32, 1, 3, 8, 12, 37, 56, 63, 64] {
+            for bits in [0u32, 1, 3, 8, 12, 37, 56, 57, 58, 63, 64] {
                 let count = 41;
                 let mut w = BitWriter::new();
                 w.put(next() & mask(lead), lead);
@@ -1207,6 +1328,43 @@ mod tests {
                 let mut r = BitReader::new(&bytes);
                 let mut none = vec![];
                 assert!(r.get_u128_run(count + 100, &mut none).is_err() && none.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn runs_at_the_end_of_the_stream_read_what_single_reads_read() {
+        // The bulk reads stop where a field's 8- or 16-byte read window would leave the data
+        // and read the rest checked: runs that end the stream, of every width around the
+        // window's switch (57/58 bits), after every offset in a byte, of lengths around it.
+        let mut x = 0x1319_8a2e_0370_7344u64;
+        let mut next = || {
+            x = x.rotate_left(17).wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(3);
+            x
+        };
+        for lead in 0..8u32 {
+            for bits in [1u32, 5, 8, 31, 56, 57, 58, 63, 64] {
+                for count in [0usize, 1, 2, 3, 17, 130] {
+                    let mut w = BitWriter::new();
+                    w.put(next() & mask(lead), lead);
+                    let vals: Vec<u64> = (0..count).map(|_| next() & mask(bits)).collect();
+                    vals.iter().for_each(|&v| w.put(v, bits));
+                    let bytes = w.finish();
+                    let mut r = BitReader::new(&bytes);
+                    r.get(lead).unwrap();
+                    let mut got = vec![7u64];
+                    r.get_run(bits, count, &mut got).unwrap();
+                    assert_eq!(got[1..], vals[..], "{lead} + {count} × {bits}");
+                    r.finish().unwrap();
+                    // One field more than the stream holds (past its padding): nothing
+                    // read, an error.
+                    if u64::from(lead) + (count as u64 + 1) * u64::from(bits) > 8 * bytes.len() as u64 {
+                        let mut r = BitReader::new(&bytes);
+                        r.get(lead).unwrap();
+                        let mut none = vec![];
+                        assert!(r.get_run(bits, count + 1, &mut none).is_err() && none.is_empty());
+                    }
+                }
             }
         }
     }

@@ -512,9 +512,12 @@ impl DcfKeys {
             return;
         }
         self.tree.write(w);
-        for &v in self.vcw.iter().chain(&self.fcw) {
-            w.put(v, self.params.out_bits);
-        }
+        let (v, f) = (&self.vcw, &self.fcw);
+        w.put_run(
+            self.params.out_bits,
+            v.len() + f.len(),
+            |i| if i < v.len() { v[i] } else { f[i - v.len()] },
+        );
     }
 
     /// Read `count` keys written by [`DcfKeys::write_material`].

@@ -83,6 +83,28 @@ impl PadStream {
         v
     }
 
+    /// The next `count` fields of `bits` (1..=64) bits each, mapped by `map`, appended to
+    /// `out` (as `count` calls of [`PadStream::take`], generated and read in bulk).
+    pub fn take_run<T>(&mut self, bits: u32, count: usize, out: &mut Vec<T>, map: impl Fn(u64) -> T) {
+        /// Fields generated at a time (a bounded buffer for any run).
+        const FIELDS: usize = 4096;
+        out.reserve(count);
+        let mut left = count;
+        while left > 0 {
+            let k = left.min(FIELDS);
+            // 16 bytes beyond the last field: every field's read window is inside.
+            let need = (self.pos + k as u64 * bits as u64).div_ceil(8) as usize + 16;
+            if self.buf.len() < need {
+                self.fill(need);
+            }
+            let got = crate::codec::read_fields(&self.buf, self.pos, bits, k, out, &map);
+            debug_assert_eq!(got, k, "the buffer holds every window");
+            self.pos += got as u64 * bits as u64;
+            (got..k).for_each(|_| out.push(map(self.take(bits))));
+            left -= k;
+        }
+    }
+
     /// Drop the bytes already read (all but the partly read one) and generate up to `need`.
     fn fill(&mut self, need: usize) {
         // (After a skip the buffer may be empty with the position inside its first block.)
@@ -215,6 +237,20 @@ mod tests {
             assert_eq!(a.take(37), b.take(37));
         }
         assert_ne!(PadStream::new(&[8; 16]).take(64), PadStream::new(&[7; 16]).take(64));
+        // A run reads what as many single fields read, across its own chunks and the
+        // generated buffer's refills, after any offset.
+        for (before, bits, count) in
+            [(0u32, 37u32, 10_000usize), (5, 1, 9_000), (63, 64, 5_000), (9, 57, 4_097), (1, 58, 3)]
+        {
+            let (mut a, mut b) = (PadStream::new(&[5; 16]), PadStream::new(&[5; 16]));
+            a.take(before);
+            b.take(before);
+            let mut run = vec![];
+            a.take_run(bits, count, &mut run, |v| v);
+            let single: Vec<u64> = (0..count).map(|_| b.take(bits)).collect();
+            assert_eq!(run, single, "{before} + {count} × {bits}");
+            assert_eq!(a.take(64), b.take(64));
+        }
     }
 
     #[test]

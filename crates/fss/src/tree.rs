@@ -122,10 +122,8 @@ impl TreeKeys {
         w.put_roots(&self.roots);
         let (lo, hi) = (&self.scw_lo, &self.scw_hi);
         w.put_u64_run(2 * lo.len().min(hi.len()), |i| if i % 2 == 0 { lo[i / 2] } else { hi[i / 2] });
-        for (&l, &r) in self.tcw_left.iter().zip(&self.tcw_right) {
-            w.put(l, self.levels);
-            w.put(r, self.levels);
-        }
+        let (l, r) = (&self.tcw_left, &self.tcw_right);
+        w.put_run(self.levels, 2 * l.len().min(r.len()), |i| if i % 2 == 0 { l[i / 2] } else { r[i / 2] });
     }
 
     pub fn read(r: &mut BitReader<'_>, levels: u32, keys: usize) -> Result<TreeKeys, DecodeError> {
