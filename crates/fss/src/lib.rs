@@ -43,6 +43,7 @@ pub mod compare;
 pub mod dcf;
 pub mod dpf;
 pub mod error;
+mod fields;
 pub mod pad;
 pub mod prg;
 pub mod ring;

@@ -97,7 +97,7 @@ impl PadStream {
             if self.buf.len() < need {
                 self.fill(need);
             }
-            let got = crate::codec::read_fields(&self.buf, self.pos, bits, k, out, &map);
+            let got = crate::fields::read_fields(&self.buf, self.pos, bits, k, out, &map);
             debug_assert_eq!(got, k, "the buffer holds every window");
             self.pos += got as u64 * bits as u64;
             (got..k).for_each(|_| out.push(map(self.take(bits))));
