@@ -265,10 +265,13 @@ pub fn deal_step(
     s1.input_mask(i1)?;
     let mut report = DealReport::default();
     // Gate nodes whose masks are drawn and whose keys are still to be made: a batch of them
-    // is dealt at once, one per thread (each with its own generator seeded from `rng`), then
-    // handed to the sinks in node order.
-    let batch = rayon::current_num_threads().clamp(1, 8);
+    // is dealt at once, in parallel (each with its own generator seeded from `rng`), then
+    // handed to the sinks in node order. Up to four gates per thread, so that a large gate
+    // and a small one do not leave a thread idle (one per thread: bert-tiny's key generation
+    // ~15 % slower), but fewer when they are large: a batch's keys wait in memory.
+    let batch = (4 * rayon::current_num_threads()).clamp(1, 16);
     let mut pending: Vec<Pending> = Vec::with_capacity(batch);
+    let mut pending_elements = 0;
     let mut done = 0;
     for (i, node) in g.nodes.iter().enumerate() {
         let out = match &gates[i] {
@@ -287,6 +290,7 @@ pub fn deal_step(
                     seeds
                 });
                 pending.push((i, seed, pads));
+                pending_elements += node.shape.len();
                 random_words(rng, node.shape.len(), n)
             }
             None => {
@@ -295,7 +299,8 @@ pub fn deal_step(
             }
         };
         masks.push(out);
-        if pending.len() == batch || i + 1 == g.nodes.len() {
+        if pending.len() == batch || pending_elements >= BATCH_ELEMENTS || i + 1 == g.nodes.len() {
+            pending_elements = 0;
             let dealt = deal_batch(g, gates, &masks, &pending)?;
             // Each party's key bytes: as encoded, or as the encoding would store them.
             let mut account = |node: usize, [b0, b1]: [u64; 2]| {
@@ -340,6 +345,10 @@ pub fn deal_step(
     let carry = g.carry.iter().map(|&v| masks[v].clone()).collect();
     Ok((report, carry))
 }
+
+/// Output elements of the gates dealt in one batch at most ([`deal_step`]), unless one gate
+/// has more.
+const BATCH_ELEMENTS: usize = 1 << 20;
 
 /// A gate node whose keys are to be made: the node, the seed of its own generator, and the
 /// seeds of the parties' pads and root streams if its keys are stored seeded.
