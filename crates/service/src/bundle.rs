@@ -401,13 +401,13 @@ type Frame = (u8, u32, Vec<u8>);
 
 /// The writing thread of a [`BundleWriter`]: sections go in through `tx`; the thread ends
 /// with the file (or the first I/O error) when `tx` is dropped.
-struct Output {
+struct Output<W = BufWriter<File>> {
     tx: Option<std::sync::mpsc::SyncSender<Frame>>,
-    thread: Option<std::thread::JoinHandle<std::io::Result<BufWriter<File>>>>,
+    thread: Option<std::thread::JoinHandle<std::io::Result<W>>>,
 }
 
-impl Output {
-    fn spawn(mut out: BufWriter<File>) -> Output {
+impl<W: Write + Send + 'static> Output<W> {
+    fn spawn(mut out: W) -> Output<W> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Frame>(WRITE_BEHIND);
         let thread = std::thread::spawn(move || {
             for (kind, node, body) in rx {
@@ -430,7 +430,7 @@ impl Output {
     }
 
     /// Wait for every section to be written and take the file back.
-    fn close(&mut self) -> std::io::Result<BufWriter<File>> {
+    fn close(&mut self) -> std::io::Result<W> {
         self.tx = None;
         match self.thread.take().map(std::thread::JoinHandle::join) {
             Some(Ok(r)) => r,
@@ -864,5 +864,56 @@ impl KeySource for BundleReader {
             None => Ok(m),
             Some(_) => Err(corrupted(&self.path, "bad end of bundle").into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sink that takes `left` bytes, then fails every write.
+    #[derive(Debug)]
+    struct Full {
+        taken: Vec<u8>,
+        left: usize,
+    }
+
+    impl Write for Full {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.left == 0 {
+                return Err(std::io::Error::other("no space left"));
+            }
+            let k = buf.len().min(self.left);
+            self.taken.extend_from_slice(&buf[..k]);
+            self.left -= k;
+            Ok(k)
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Sections written behind the caller come out as `write_section` writes them, in
+    /// order; a write error stops the thread and comes back at a later section or at the
+    /// close, never lost.
+    #[test]
+    fn sections_written_behind_keep_their_order_and_their_errors() {
+        let frames: Vec<Frame> =
+            (0..6u8).map(|k| (k, u32::from(k) * 7, vec![k; 100 * usize::from(k)])).collect();
+        let mut want = vec![];
+        frames.iter().for_each(|(k, n, b)| write_section(&mut want, *k, *n, b).unwrap());
+        let mut out = Output::spawn(Full { taken: vec![], left: usize::MAX });
+        frames.iter().for_each(|f| out.send(f.clone()).unwrap());
+        assert_eq!(out.close().unwrap().taken, want);
+        assert!(out.send(frames[0].clone()).is_err(), "closed");
+
+        // Room for the first two sections only: the sink's error comes back, at a later
+        // section (once the thread has stopped) or at the close.
+        let mut out = Output::spawn(Full { taken: vec![], left: 2 * 17 + 100 });
+        let failed = frames.iter().find_map(|f| out.send(f.clone()).err());
+        let err = failed.unwrap_or_else(|| out.close().expect_err("the sink is full"));
+        assert_eq!(err.to_string(), "no space left");
+        assert!(out.close().is_err(), "stopped");
     }
 }
