@@ -267,8 +267,10 @@ pub fn deal_step(
     // Gate nodes whose masks are drawn and whose keys are still to be made: a batch of them
     // is dealt at once, in parallel (each with its own generator seeded from `rng`), then
     // handed to the sinks in node order. Up to four gates per thread, so that a large gate
-    // and a small one do not leave a thread idle (one per thread: bert-tiny's key generation
-    // ~15 % slower), but fewer when they are large: a batch's keys wait in memory.
+    // and a small one do not leave a thread idle (one per thread, bert-tiny's key generation
+    // took 482–493 ms for FuseFSS and 723–755 ms for SIGMA against 427–472 and 524–584,
+    // `bench model --impl both --reps 7`), but fewer when they are large: a batch's keys
+    // wait in memory.
     let batch = (4 * rayon::current_num_threads()).clamp(1, 16);
     let mut pending: Vec<Pending> = Vec::with_capacity(batch);
     let mut pending_elements = 0;

@@ -825,8 +825,6 @@ impl<'a> BitReader<'a> {
     ) -> Result<u64, DecodeError> {
         let need = count as u64 * 128;
         self.ensure(need)?;
-        lo.reserve(count);
-        hi.reserve(count);
         let first = (self.pos / 8) as usize;
         let o = (self.pos % 8) as u32;
         let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
