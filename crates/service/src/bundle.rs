@@ -38,6 +38,7 @@ use thiserror::Error;
 
 use engine::{DynGate, EngineError, Graph, Impl, KeySink, KeySource, Op, Weights};
 
+use crate::key_bytes::{Buffers, KeyBytes};
 use crate::private;
 
 const MAGIC: &[u8; 8] = b"FUSEFSSK";
@@ -398,7 +399,7 @@ impl fmt::Debug for BundleWriter {
 pub const WRITE_BEHIND: usize = 2;
 
 /// A section handed to the writing thread: kind, node, body.
-type Frame = (u8, u32, Vec<u8>);
+type Frame = (u8, u32, KeyBytes);
 
 /// The writing thread of a [`BundleWriter`]: sections go in through `tx`; the thread ends
 /// with the file (or the first I/O error) when `tx` is dropped.
@@ -412,7 +413,7 @@ impl<W: Write + Send + 'static> Output<W> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Frame>(WRITE_BEHIND);
         let thread = std::thread::spawn(move || {
             for (kind, node, body) in rx {
-                write_section(&mut out, kind, node, &body)?;
+                write_section(&mut out, kind, node, body.as_slice())?;
             }
             Ok(out)
         });
@@ -498,7 +499,7 @@ impl BundleWriter {
     /// section or at [`BundleWriter::finish`]).
     fn section(&mut self, kind: u8, node: u32, body: Vec<u8>) -> Result<(), BundleError> {
         let len = body.len() as u64;
-        self.out.send((kind, node, body)).map_err(io_err(&self.partial))?;
+        self.out.send((kind, node, KeyBytes::from_vec(body))).map_err(io_err(&self.partial))?;
         self.written += 1;
         self.bytes += 17 + len;
         Ok(())
@@ -571,6 +572,8 @@ impl KeySink for BundleWriter {
 /// online phase computes.
 pub struct BundleReader {
     input: Input,
+    /// Where the online phase hands each section's buffer back once it is decoded.
+    recycle: std::sync::mpsc::Sender<KeyBytes>,
     path: PathBuf,
     header: BundleHeader,
     n: u32,
@@ -584,13 +587,13 @@ const READ_AHEAD: usize = 2;
 struct RawSection {
     kind: u8,
     node: u32,
-    body: Vec<u8>,
+    body: KeyBytes,
 }
 
 /// Where a reader's sections come from.
 enum Input {
-    /// Read from the file as asked.
-    Direct(BufReader<File>),
+    /// Read from the file as asked, into the buffers handed back.
+    Direct(BufReader<File>, Buffers),
     /// Read by a thread ahead of time, in order; `None` once the end marker is checked.
     Ahead(std::sync::mpsc::Receiver<Result<Option<RawSection>, BundleError>>),
 }
@@ -599,6 +602,7 @@ enum Input {
 /// the last one once the end marker and the end of the file are checked.
 fn next_raw(
     input: &mut BufReader<File>,
+    bufs: &mut Buffers,
     path: &Path,
     remaining: u32,
 ) -> Result<Option<RawSection>, BundleError> {
@@ -626,8 +630,10 @@ fn next_raw(
         .metadata()
         .map_or(0, |m| m.len())
         .saturating_sub(input.stream_position().unwrap_or(0));
-    let mut body = Vec::with_capacity(len.min(left) as usize);
-    let got = input.take(len).read_to_end(&mut body).map_err(io_err(path))?;
+    // Into a buffer the online phase handed back (the last section's bytes overwritten).
+    let capacity = len.min(left) as usize;
+    let mut body = bufs.take(capacity);
+    let got = body.refill(&mut *input, len, capacity).map_err(io_err(path))?;
     if got as u64 != len {
         return Err(corrupted(path, format!("truncated in the section of node {node}")));
     }
@@ -635,7 +641,7 @@ fn next_raw(
     read_exact(input, &mut crc_bytes, path, "a section checksum")?;
     let mut crc = crc32fast::Hasher::new();
     crc.update(&head);
-    crc.update(&body);
+    crc.update(body.as_slice());
     if crc.finalize() != u32::from_le_bytes(crc_bytes) {
         return Err(corrupted(path, format!("checksum mismatch in the section of node {node}")));
     }
@@ -755,7 +761,15 @@ impl BundleReader {
                 format!("{} sections where the program has {sections}", header.sections),
             ));
         }
-        Ok(BundleReader { input: Input::Direct(input), path: path.to_path_buf(), header, n, read: 0 })
+        let (bufs, recycle) = Buffers::new();
+        Ok(BundleReader {
+            input: Input::Direct(input, bufs),
+            recycle,
+            path: path.to_path_buf(),
+            header,
+            n,
+            read: 0,
+        })
     }
 
     /// Read the bundle on a thread of its own, a few sections ahead of the online phase
@@ -764,14 +778,14 @@ impl BundleReader {
     /// keys are still decoded, used and wiped one by one by the online phase.
     pub fn read_ahead(&mut self) {
         let placeholder = Input::Ahead(std::sync::mpsc::sync_channel(0).1);
-        let Input::Direct(mut input) = std::mem::replace(&mut self.input, placeholder) else {
+        let Input::Direct(mut input, mut bufs) = std::mem::replace(&mut self.input, placeholder) else {
             return;
         };
         let (tx, rx) = std::sync::mpsc::sync_channel(READ_AHEAD);
         let (path, mut remaining) = (self.path.clone(), self.header.sections - self.read);
         std::thread::spawn(move || {
             loop {
-                let r = next_raw(&mut input, &path, remaining);
+                let r = next_raw(&mut input, &mut bufs, &path, remaining);
                 let last = !matches!(r, Ok(Some(_)));
                 // A closed channel: the online phase stopped early; stop reading.
                 if tx.send(r).is_err() || last {
@@ -787,7 +801,7 @@ impl BundleReader {
     fn next(&mut self) -> Result<Option<RawSection>, BundleError> {
         let remaining = self.header.sections - self.read;
         match &mut self.input {
-            Input::Direct(input) => next_raw(input, &self.path, remaining),
+            Input::Direct(input, bufs) => next_raw(input, bufs, &self.path, remaining),
             Input::Ahead(rx) => {
                 rx.recv().unwrap_or_else(|_| Err(corrupted(&self.path, "the reading thread stopped")))
             }
@@ -799,7 +813,7 @@ impl BundleReader {
         &self.header
     }
 
-    fn section(&mut self, kind: u8, node: u32) -> Result<Vec<u8>, BundleError> {
+    fn section(&mut self, kind: u8, node: u32) -> Result<KeyBytes, BundleError> {
         let s = match self.next()? {
             Some(s) => s,
             None => {
@@ -813,7 +827,7 @@ impl BundleReader {
                     "expected section ({kind}, node {node}), found ({}, node {}, {} bytes)",
                     s.kind,
                     s.node,
-                    s.body.len()
+                    s.body.as_slice().len()
                 ),
             ));
         }
@@ -822,7 +836,8 @@ impl BundleReader {
     }
 
     fn mask(&mut self, kind: u8) -> Result<Vec<u64>, BundleError> {
-        let body = self.section(kind, 0)?;
+        let section = self.section(kind, 0)?;
+        let body = section.as_slice();
         let path = self.path.clone();
         let bad = |_| corrupted(&path, "malformed mask section");
         if body.len() < 8 {
@@ -850,7 +865,11 @@ impl KeySource for BundleReader {
 
     fn gate_key(&mut self, node: usize, gate: &dyn DynGate) -> Result<Box<dyn Any + Send>, GateError> {
         let body = self.section(KIND_GATE, node as u32)?;
-        gate.decode(self.header.party, &body).map_err(|source| {
+        let key = gate.decode(self.header.party, body.as_slice());
+        // The buffer goes back to the reader, whose next section overwrites it (if the
+        // reader is gone, it is wiped as it drops).
+        let _ = self.recycle.send(body);
+        key.map_err(|source| {
             GateError::from(BundleError::Decode { path: self.path.display().to_string(), node, source })
         })
     }
@@ -900,19 +919,20 @@ mod tests {
     /// close, never lost.
     #[test]
     fn sections_written_behind_keep_their_order_and_their_errors() {
-        let frames: Vec<Frame> =
+        let frames: Vec<(u8, u32, Vec<u8>)> =
             (0..6u8).map(|k| (k, u32::from(k) * 7, vec![k; 100 * usize::from(k)])).collect();
+        let frame = |(k, n, b): &(u8, u32, Vec<u8>)| (*k, *n, KeyBytes::from_vec(b.clone()));
         let mut want = vec![];
         frames.iter().for_each(|(k, n, b)| write_section(&mut want, *k, *n, b).unwrap());
         let mut out = Output::spawn(Full { taken: vec![], left: usize::MAX });
-        frames.iter().for_each(|f| out.send(f.clone()).unwrap());
+        frames.iter().for_each(|f| out.send(frame(f)).unwrap());
         assert_eq!(out.close().unwrap().taken, want);
-        assert!(out.send(frames[0].clone()).is_err(), "closed");
+        assert!(out.send(frame(&frames[0])).is_err(), "closed");
 
         // Room for the first two sections only: the sink's error comes back, at a later
         // section (once the thread has stopped) or at the close.
         let mut out = Output::spawn(Full { taken: vec![], left: 2 * 17 + 100 });
-        let failed = frames.iter().find_map(|f| out.send(f.clone()).err());
+        let failed = frames.iter().find_map(|f| out.send(frame(f)).err());
         let err = failed.unwrap_or_else(|| out.close().expect_err("the sink is full"));
         assert_eq!(err.to_string(), "no space left");
         assert!(out.close().is_err(), "stopped");

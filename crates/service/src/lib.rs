@@ -6,6 +6,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`bundle`] | one party's keys for one query as a file, written and streamed section by section |
+//! | `key_bytes` | a section's encoded key bytes in memory: wiped when dropped, recycled by the reader |
 //! | [`store`] | a server's folder of bundles: exclusive lock, party marker, ledger of used bundles |
 //! | [`descriptor`] | which model, shape and implementation a bundle is for |
 //! | [`program`] | the program for a descriptor with its identity, built once per process |
@@ -24,6 +25,7 @@ pub mod client;
 pub mod descriptor;
 pub mod error;
 pub mod follower;
+mod key_bytes;
 pub mod leader;
 pub mod private;
 pub mod program;

@@ -165,7 +165,6 @@ impl BitDpfKeys {
                     &ws.blocks[block_at[k]..block_at[k + 1]],
                     off,
                     width,
-                    &mut ws.halves,
                 );
             }
         });
@@ -197,7 +196,7 @@ impl BitDpfKeys {
                     })
                 })
                 .collect();
-            put_window(&mut out[k * words..(k + 1) * words], &blocks, 0, width, &mut Vec::new());
+            put_window(&mut out[k * words..(k + 1) * words], &blocks, 0, width);
             if let Some(e) = end.as_deref_mut() {
                 let last = starts[k0 + k].wrapping_add(width as u64 - 1) & mask(n);
                 e[k] = self.finish(last, table, 0, 0);
@@ -470,7 +469,7 @@ impl BitDpfKeys {
                 let nb = (end_blk[k] - rel[k]) as usize + 1;
                 let own = &ws.blocks[first..first + nb];
                 let off = (starts[k] & 127) as usize;
-                put_window(&mut out[k * words..(k + 1) * words], own, off, width, &mut ws.halves);
+                put_window(&mut out[k * words..(k + 1) * words], own, off, width);
                 if let Some(e) = end.as_deref_mut() {
                     let (acc, prev) = ends[k];
                     e[k] = self.finish(last[k], own[nb - 1], prev, acc as u8);
@@ -636,7 +635,6 @@ struct WindowScratch {
     sig: Vec<AesBlock>,
     el: Vec<AesBlock>,
     er: Vec<AesBlock>,
-    halves: Vec<u64>,
 }
 
 thread_local! {
@@ -665,23 +663,20 @@ fn window_span(width: usize) -> (usize, u32) {
 
 /// Window bits `0..width` of a key into `o`: bit `u` is bit `u + off` of `blocks` (the key's
 /// blocks from the window's first on), and the bits past the window are cleared.
-fn put_window(o: &mut [u64], blocks: &[u128], off: usize, width: usize, halves: &mut Vec<u64>) {
-    let words = o.len();
+fn put_window(o: &mut [u64], blocks: &[u128], off: usize, width: usize) {
     let (i0, sh) = (off / 64, off % 64);
-    // The key's 64-bit words from word i0 on, zero-padded to one past the window.
-    halves.clear();
-    halves.extend(blocks.iter().flat_map(|&b| [b as u64, (b >> 64) as u64]));
-    halves.resize(halves.len().max(i0 + words + 1), 0);
-    let src = &halves[i0..i0 + words + 1];
-    if sh == 0 {
-        o.copy_from_slice(&src[..words]);
-    } else {
-        for (word, pair) in o.iter_mut().zip(src.windows(2)) {
-            *word = (pair[0] >> sh) | (pair[1] << (64 - sh));
-        }
+    // The key's 64-bit word `j` (zero past its blocks).
+    let word = |j: usize| blocks.get(j / 2).map_or(0, |&b| (b >> (64 * (j % 2))) as u64);
+    let mut cur = word(i0);
+    for (j, w) in o.iter_mut().enumerate() {
+        let next = word(i0 + j + 1);
+        // (`sh` is below 64; at 0 the next word adds nothing.)
+        *w = (cur >> sh) | (next << (63 - sh) << 1);
+        cur = next;
     }
     let tail = width % 64;
     if tail != 0 {
-        o[words - 1] &= (1u64 << tail) - 1;
+        let last = o.len() - 1;
+        o[last] &= (1u64 << tail) - 1;
     }
 }

@@ -1,0 +1,165 @@
+//! Encoded key sections in memory: zeroized when dropped, and recycled from the online
+//! phase back to the bundle's reader, so that reading the next section overwrites the last.
+//!
+//! A section's body is key material as much as the key decoded from it (SECURITY.md). A
+//! buffer holds key bytes only in its contents (`bytes[..len]`: nothing is written past
+//! them), so wiping it costs one `memset` of its contents, and refilling it with the next
+//! section wipes the old contents by overwriting them (only what the new contents do not
+//! cover is zeroed). Wiping every body once read would add a pass over every key byte
+//! (bert-tiny, 161 MB per server and query); recycled, the reader's copy from the file is
+//! that pass.
+
+use std::io::Read;
+use std::sync::mpsc::{Receiver, Sender, channel};
+
+use fss::wipe::__zeroize::Zeroize;
+
+/// Bytes of key material: only `bytes[..len]` ever holds any.
+pub(crate) struct KeyBytes {
+    bytes: Vec<u8>,
+}
+
+impl KeyBytes {
+    /// Encoded key bytes to write (the buffer is taken as it is).
+    pub(crate) fn from_vec(bytes: Vec<u8>) -> KeyBytes {
+        KeyBytes { bytes }
+    }
+
+    /// The bytes.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Replace the contents with up to `len` bytes read from `r` (the buffer has room for
+    /// `capacity ≥` the bytes `r` holds, so it never grows and leaves a copy behind), and
+    /// zero what is left of the old contents. Returns the bytes read.
+    pub(crate) fn refill(&mut self, r: impl Read, len: u64, capacity: usize) -> std::io::Result<usize> {
+        if self.bytes.capacity() < capacity {
+            self.clear();
+            self.bytes = Vec::with_capacity(capacity);
+        }
+        let old = self.bytes.len();
+        self.bytes.truncate(0);
+        let read = r.take(len).read_to_end(&mut self.bytes);
+        let now = self.bytes.len();
+        if old > now {
+            self.bytes.spare_capacity_mut()[..old - now].zeroize();
+        }
+        read
+    }
+
+    /// Zero the contents and empty the buffer (its allocation is kept, now clean).
+    fn clear(&mut self) {
+        let n = self.bytes.len();
+        self.bytes.truncate(0);
+        self.bytes.spare_capacity_mut()[..n].zeroize();
+    }
+
+    fn capacity(&self) -> usize {
+        self.bytes.capacity()
+    }
+}
+
+impl Drop for KeyBytes {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// Buffers handed back for reuse at most (those a reader holds ahead of the online phase,
+/// the one in decoding, and one more).
+const KEPT: usize = 4;
+
+/// A reader's buffers: those the online phase handed back (through the [`Sender`] of
+/// [`Buffers::new`]) wait here to be refilled.
+pub(crate) struct Buffers {
+    kept: Vec<KeyBytes>,
+    back: Receiver<KeyBytes>,
+}
+
+impl Buffers {
+    /// No buffers yet, and where to hand them back.
+    pub(crate) fn new() -> (Buffers, Sender<KeyBytes>) {
+        let (tx, back) = channel();
+        (Buffers { kept: vec![], back }, tx)
+    }
+
+    /// A buffer for a section of `capacity` bytes: of the handed-back ones with room for
+    /// it, the one whose old contents outrun it least (what a refill zeroes), then the
+    /// smallest; else the largest (which [`KeyBytes::refill`] replaces by one with room).
+    pub(crate) fn take(&mut self, capacity: usize) -> KeyBytes {
+        self.kept.extend(self.back.try_iter());
+        let fits = (0..self.kept.len())
+            .filter(|&i| self.kept[i].capacity() >= capacity)
+            .min_by_key(|&i| (self.kept[i].bytes.len().saturating_sub(capacity), self.kept[i].capacity()));
+        let pick = fits.or_else(|| (0..self.kept.len()).max_by_key(|&i| self.kept[i].capacity()));
+        let b = match pick {
+            Some(i) => self.kept.swap_remove(i),
+            None => KeyBytes { bytes: Vec::with_capacity(capacity) },
+        };
+        // (Dropped buffers zero their contents.)
+        if self.kept.len() > KEPT {
+            self.kept.sort_by_key(KeyBytes::capacity);
+            self.kept.drain(..self.kept.len() - KEPT);
+        }
+        b
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refill overwrites the old contents and zeroes the rest of them; a buffer that is
+    /// too small is replaced; a dropped buffer keeps nothing.
+    #[test]
+    fn refills_leave_nothing_of_the_old_contents() {
+        let (mut bufs, back) = Buffers::new();
+        let mut b = bufs.take(64);
+        assert_eq!(b.refill(&[7u8; 100][..], 64, 64).unwrap(), 64);
+        assert_eq!(b.as_slice(), &[7u8; 64][..]);
+        // Shorter contents: the old bytes past them are zeroed by `zeroize` (they cannot
+        // be read back without `unsafe`, which the workspace forbids; see `fss::wipe`).
+        b.refill(&[9u8; 10][..], 10, 10).unwrap();
+        assert_eq!(b.as_slice(), &[9u8; 10][..]);
+        assert!(b.capacity() >= 64, "refilled in place");
+        // A section larger than the buffer: a new allocation.
+        b.refill(&[1u8; 200][..], 200, 200).unwrap();
+        assert!(b.capacity() >= 200);
+        assert_eq!(b.as_slice(), &[1u8; 200][..]);
+        // Handed back, then taken for a smaller section: the same buffer.
+        back.send(b).unwrap();
+        let c = bufs.take(150);
+        assert!(c.capacity() >= 200);
+        drop(c);
+        // A short read (a truncated file) keeps what it read, no more.
+        let mut d = bufs.take(50);
+        assert_eq!(d.refill(&[3u8; 20][..], 50, 50).unwrap(), 20);
+        assert_eq!(d.as_slice(), &[3u8; 20][..]);
+    }
+
+    /// At most `KEPT` buffers wait for reuse; the smallest go first.
+    #[test]
+    fn at_most_a_few_buffers_are_kept() {
+        let (mut bufs, back) = Buffers::new();
+        for cap in [10usize, 20, 30, 40, 50, 60] {
+            back.send(KeyBytes { bytes: Vec::with_capacity(cap) }).unwrap();
+        }
+        let b = bufs.take(35);
+        assert_eq!(b.capacity(), 40, "the smallest that fits");
+        // Old contents count first: a larger buffer whose contents the section covers
+        // beats a smaller one with longer contents.
+        let (mut two, back2) = Buffers::new();
+        let mut long = KeyBytes { bytes: Vec::with_capacity(64) };
+        long.refill(&[1u8; 64][..], 64, 64).unwrap();
+        let mut short = KeyBytes { bytes: Vec::with_capacity(128) };
+        short.refill(&[2u8; 8][..], 8, 8).unwrap();
+        back2.send(long).unwrap();
+        back2.send(short).unwrap();
+        assert_eq!(two.take(32).as_slice(), &[2u8; 8][..]);
+        assert_eq!(bufs.kept.len(), KEPT);
+        assert!(bufs.kept.iter().all(|k| k.capacity() >= 20));
+        let big = bufs.take(1000);
+        assert_eq!(big.capacity(), 60, "the largest, to be grown");
+    }
+}
