@@ -30,9 +30,9 @@ impl KeyBytes {
         &self.bytes
     }
 
-    /// Replace the contents with up to `len` bytes read from `r` (the buffer has room for
-    /// `capacity ≥` the bytes `r` holds, so it never grows and leaves a copy behind), and
-    /// zero what is left of the old contents. Returns the bytes read.
+    /// Replace the contents with up to `len` bytes read from `r`, at most `capacity` (the
+    /// room made first: the buffer never grows, which would leave a copy behind), and zero
+    /// what is left of the old contents. Returns the bytes read.
     pub(crate) fn refill(&mut self, r: impl Read, len: u64, capacity: usize) -> std::io::Result<usize> {
         if self.bytes.capacity() < capacity {
             self.clear();
@@ -40,7 +40,7 @@ impl KeyBytes {
         }
         let old = self.bytes.len();
         self.bytes.truncate(0);
-        let read = r.take(len).read_to_end(&mut self.bytes);
+        let read = r.take(len.min(capacity as u64)).read_to_end(&mut self.bytes);
         let now = self.bytes.len();
         if old > now {
             self.bytes.spare_capacity_mut()[..old - now].zeroize();
@@ -132,10 +132,13 @@ mod tests {
         let c = bufs.take(150);
         assert!(c.capacity() >= 200);
         drop(c);
-        // A short read (a truncated file) keeps what it read, no more.
+        // A short read (a truncated file) keeps what it read, no more; a longer source
+        // than the room made gives only that room (the caller sees a short read).
         let mut d = bufs.take(50);
         assert_eq!(d.refill(&[3u8; 20][..], 50, 50).unwrap(), 20);
         assert_eq!(d.as_slice(), &[3u8; 20][..]);
+        assert_eq!(d.refill(&[4u8; 90][..], 90, 60).unwrap(), 60);
+        assert_eq!(d.as_slice(), &[4u8; 60][..]);
     }
 
     /// At most `KEPT` buffers wait for reuse; the smallest go first.
