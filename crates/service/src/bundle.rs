@@ -592,8 +592,9 @@ struct RawSection {
 
 /// Where a reader's sections come from.
 enum Input {
-    /// Read from the file as asked, into the buffers handed back.
-    Direct(BufReader<File>, Buffers),
+    /// Read from the file as asked, into the buffers handed back (unbuffered: a read
+    /// buffer would hold a copy of the key bytes that passed through it).
+    Direct(File, Buffers),
     /// Read by a thread ahead of time, in order; `None` once the end marker is checked.
     Ahead(std::sync::mpsc::Receiver<Result<Option<RawSection>, BundleError>>),
 }
@@ -601,7 +602,7 @@ enum Input {
 /// The next section of `input` (`remaining` of the header's count left), or `None` after
 /// the last one once the end marker and the end of the file are checked.
 fn next_raw(
-    input: &mut BufReader<File>,
+    input: &mut File,
     bufs: &mut Buffers,
     path: &Path,
     remaining: u32,
@@ -625,11 +626,7 @@ fn next_raw(
     }
     // Allocate at once what the file can still hold (a damaged length cannot allocate more),
     // so that a large section is read in one copy instead of growing by doubling.
-    let left = input
-        .get_ref()
-        .metadata()
-        .map_or(0, |m| m.len())
-        .saturating_sub(input.stream_position().unwrap_or(0));
+    let left = input.metadata().map_or(0, |m| m.len()).saturating_sub(input.stream_position().unwrap_or(0));
     // Into a buffer the online phase handed back (the last section's bytes overwritten).
     let capacity = len.min(left) as usize;
     let mut body = bufs.take(capacity);
@@ -738,8 +735,7 @@ impl BundleReader {
         fp: &[u8; 32],
         party: Party,
     ) -> Result<BundleReader, BundleError> {
-        let f = File::open(path).map_err(io_err(path))?;
-        let mut input = BufReader::with_capacity(1 << 20, f);
+        let mut input = File::open(path).map_err(io_err(path))?;
         let header = header_from(&mut input, path)?;
         let mismatch = |what: String| BundleError::Mismatch { path: path.display().to_string(), what };
         if header.party != party {
