@@ -96,10 +96,8 @@ impl Buffers {
             .filter(|&i| self.kept[i].capacity() >= capacity)
             .min_by_key(|&i| (self.kept[i].bytes.len().saturating_sub(capacity), self.kept[i].capacity()));
         let pick = fits.or_else(|| (0..self.kept.len()).max_by_key(|&i| self.kept[i].capacity()));
-        let b = match pick {
-            Some(i) => self.kept.swap_remove(i),
-            None => KeyBytes { bytes: Vec::with_capacity(capacity) },
-        };
+        // (A new buffer gets its room from the refill.)
+        let b = pick.map_or_else(|| KeyBytes::from_vec(Vec::new()), |i| self.kept.swap_remove(i));
         // (Dropped buffers zero their contents.)
         if self.kept.len() > KEPT {
             self.kept.sort_by_key(KeyBytes::capacity);
@@ -113,8 +111,9 @@ impl Buffers {
 mod tests {
     use super::*;
 
-    /// A refill overwrites the old contents and zeroes the rest of them; a buffer that is
-    /// too small is replaced; a dropped buffer keeps nothing.
+    /// A refill overwrites the old contents (zeroing the rest of them, which safe code
+    /// cannot read back) in place; a buffer that is too small is replaced; a short source
+    /// gives what it holds, a long one the room made.
     #[test]
     fn refills_leave_nothing_of_the_old_contents() {
         let (mut bufs, back) = Buffers::new();
@@ -153,6 +152,11 @@ mod tests {
         }
         let b = bufs.take(35);
         assert_eq!(b.capacity(), 40, "the smallest that fits");
+        assert_eq!(bufs.kept.len(), KEPT);
+        assert!(bufs.kept.iter().all(|k| k.capacity() >= 20));
+        let big = bufs.take(1000);
+        assert_eq!(big.capacity(), 60, "the largest, to be grown");
+
         // Old contents count first: a larger buffer whose contents the section covers
         // beats a smaller one with longer contents.
         let (mut two, back2) = Buffers::new();
@@ -163,9 +167,5 @@ mod tests {
         back2.send(long).unwrap();
         back2.send(short).unwrap();
         assert_eq!(two.take(32).as_slice(), &[2u8; 8][..]);
-        assert_eq!(bufs.kept.len(), KEPT);
-        assert!(bufs.kept.iter().all(|k| k.capacity() >= 20));
-        let big = bufs.take(1000);
-        assert_eq!(big.capacity(), 60, "the largest, to be grown");
     }
 }
