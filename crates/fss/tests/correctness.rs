@@ -412,6 +412,15 @@ fn big_batches_use_every_chunk_path() {
     for i in 0..ys.len() {
         check_cmp(s[0][i], s[1][i], ys[i], alphas[i], "big batch");
     }
+    // One of two candidate keys per element, picked at random (lanes read scattered keys).
+    let pick: Vec<u32> = (0..ys.len() / 2).map(|j| (2 * j as u64 + (r.next_u64() & 1)) as u32).collect();
+    let at: Vec<u64> = pick.iter().map(|&k| ys[k as usize]).collect();
+    let mut p = [vec![CmpShares::default(); at.len()], vec![CmpShares::default(); at.len()]];
+    b0.eval_indexed(&pick, &at, &mut p[0]).unwrap();
+    b1.eval_indexed(&pick, &at, &mut p[1]).unwrap();
+    for (j, &k) in pick.iter().enumerate() {
+        assert_eq!((p[0][j], p[1][j]), (s[0][k as usize], s[1][k as usize]), "candidate lane {j}");
+    }
     // Slices keep keys intact.
     let (h0, h1) = (b0.slice(1000, 1300), b1.slice(1000, 1300));
     let mut t = [vec![CmpShares::default(); 300], vec![CmpShares::default(); 300]];
