@@ -6,8 +6,8 @@
 //! `.cargo/config.toml`). `B` is read from memory once per block of rows, not once per
 //! row: a model's weights (GPT-2's 768 × 3,072 words are 19 MB) do not fit a cache. Blocks
 //! of rows are split across the rayon pool. [`matmul_mod`] reduces into a ring of at most
-//! 52 bits with AVX-512 IFMA when the build has it (the workspace's only `unsafe`, checked
-//! against [`matmul`]).
+//! 52 bits with AVX-512 IFMA when the build has it (one of the workspace's two `unsafe`
+//! kernels, with `compiler::parity`'s folds; checked against [`matmul`]).
 
 use rayon::prelude::*;
 
