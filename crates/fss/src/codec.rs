@@ -417,8 +417,15 @@ impl BitWriter {
     #[inline]
     pub fn put_run(&mut self, bits: u32, count: usize, mut word: impl FnMut(usize) -> u64) {
         debug_assert!(bits <= 64);
+        // A counting writer only counts (the fields are not read).
+        if let Some(d) = &mut self.dropped {
+            let end = u64::from(self.pending) + count as u64 * u64::from(bits);
+            *d += 8 * (end / 64);
+            self.pending = (end % 64) as u32;
+            return;
+        }
         // (Short runs field by field: a block costs its setup.)
-        if self.dropped.is_some() || bits == 0 || count * (bits as usize) < 1024 {
+        if bits == 0 || count * (bits as usize) < 1024 {
             return (0..count).for_each(|i| self.put(word(i), bits));
         }
         self.buf.reserve((count as u64 * bits as u64).div_ceil(8) as usize + 8);
@@ -1139,12 +1146,14 @@ mod tests {
                     w.put(lead_word, lead.saturating_sub(64));
                     v.iter().for_each(|&x| w.put_share(x, bits));
                     v.iter().for_each(|&x| w.put(x, 64));
+                    v.iter().for_each(|&x| w.put(x, bits));
                 };
                 let runs = |w: &mut BitWriter, v: &[u64]| {
                     w.put(lead_word, lead.min(64));
                     w.put(lead_word, lead.saturating_sub(64));
                     w.put_share_run(bits, v.len(), |i| v[i]);
                     w.put_u64_run(v.len(), |i| v[i]);
+                    w.put_run(bits, v.len(), |i| v[i]);
                 };
                 let both = |make: &dyn Fn() -> BitWriter, v: &[u64]| {
                     let (mut x, mut y) = (make(), make());

@@ -198,10 +198,9 @@ impl BitDpfKeys {
             return;
         }
         self.tree.write(w);
-        for cw in &self.leaf_cw {
-            w.put_u128(cw[0]);
-            w.put_u128(cw[1]);
-        }
+        // Each key's two leaf blocks, low half first (as `put_u128` twice).
+        let cws = &self.leaf_cw;
+        w.put_u64_run(4 * cws.len(), |i| (cws[i / 4][(i / 2) % 2] >> (64 * (i % 2))) as u64);
     }
 
     /// Read `count` keys written by [`BitDpfKeys::write_material`].
