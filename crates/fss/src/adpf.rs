@@ -236,7 +236,7 @@ pub fn keygen_with_roots(
             *f = (if neg { diff.wrapping_neg() } else { diff }) & ell;
         }
     }
-    let (t0, t1) = trees.split_keys();
+    let (t0, t1) = trees.into_keys();
     let key = |party, tree| AdpfKeys { params, party, tree, fcw: fcw.clone() };
     Ok((key(Party::P0, t0), key(Party::P1, t1)))
 }

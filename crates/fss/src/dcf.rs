@@ -225,7 +225,7 @@ pub fn keygen_with_roots(
             (if trees.t[2 * k + 1] == 1 { d.wrapping_neg() } else { d }) & ell
         })
         .collect();
-    let (t0, t1) = trees.split_keys();
+    let (t0, t1) = trees.into_keys();
     let key = |party, tree| DcfKeys { params, party, tree, vcw: vcw.clone(), fcw: fcw.clone() };
     Ok((key(Party::P0, t0), key(Party::P1, t1)))
 }

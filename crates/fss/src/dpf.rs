@@ -171,7 +171,7 @@ pub fn keygen_with_roots(
             (if trees.t[2 * k + 1] == 1 { diff.wrapping_neg() } else { diff }) & mask(params.out_bits)
         })
         .collect();
-    let (t0, t1) = trees.split_keys();
+    let (t0, t1) = trees.into_keys();
     let key = |party, tree| DpfKeys { params, party, tree, fcw: fcw.clone() };
     Ok((key(Party::P0, t0), key(Party::P1, t1)))
 }

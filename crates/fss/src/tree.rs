@@ -212,9 +212,11 @@ impl DealerTrees {
         }
     }
 
-    /// Both parties' tree material (the correction words are common, the roots differ).
-    pub fn split_keys(&self) -> (TreeKeys, TreeKeys) {
-        (self.keys.clone(), self.keys.with_roots(self.roots1.clone()))
+    /// Both parties' tree material (the correction words are common, the roots differ):
+    /// party 0's is the dealt material itself, party 1's its one copy.
+    pub fn into_keys(self) -> (TreeKeys, TreeKeys) {
+        let t1 = self.keys.with_roots(self.roots1);
+        (self.keys, t1)
     }
 
     /// Hash every seed into both children (`4` AES per key per level).

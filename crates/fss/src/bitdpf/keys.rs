@@ -137,7 +137,7 @@ pub fn keygen<R: CryptoRng + ?Sized>(
             cw
         })
         .collect::<Vec<_>>();
-    let (t0, t1) = trees.split_keys();
+    let (t0, t1) = trees.into_keys();
     Ok((key(Party::P0, t0, leaf_cw.clone()), key(Party::P1, t1, leaf_cw)))
 }
 
