@@ -189,6 +189,9 @@ pub(crate) struct DealerTrees {
     roots1: Vec<u128>,
 }
 
+// Both parties' seeds at every level: wiped like the keys they are dealt into.
+crate::wipe_on_drop!(DealerTrees { wipe: [seeds, t, left, right, roots1], zeroize: [keys] });
+
 impl DealerTrees {
     /// Start from root seeds `roots[2k + b]` (their control bits are cleared here), for
     /// trees of `levels` levels.
@@ -214,9 +217,9 @@ impl DealerTrees {
 
     /// Both parties' tree material (the correction words are common, the roots differ):
     /// party 0's is the dealt material itself, party 1's its one copy.
-    pub fn into_keys(self) -> (TreeKeys, TreeKeys) {
-        let t1 = self.keys.with_roots(self.roots1);
-        (self.keys, t1)
+    pub fn into_keys(mut self) -> (TreeKeys, TreeKeys) {
+        let t1 = self.keys.with_roots(std::mem::take(&mut self.roots1));
+        (std::mem::replace(&mut self.keys, TreeKeys::with_capacity(0, 0)), t1)
     }
 
     /// Hash every seed into both children (`4` AES per key per level).
