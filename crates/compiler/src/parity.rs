@@ -270,16 +270,21 @@ mod tests {
         out
     }
 
-    /// Against one fold per leaf, for both chunk sizes, with sparse, dense and repeated rows.
-    #[test]
-    fn equals_one_fold_per_leaf() {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
+    /// A xorshift stream of test words.
+    fn words(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
             state
-        };
+        }
+    }
+
+    /// Against one fold per leaf, for every kind (folds, byte and nibble tables), with
+    /// sparse, dense and repeated rows.
+    #[test]
+    fn equals_one_fold_per_leaf() {
+        let mut next = words(0x9e37_79b9_7f4a_7c15);
         let mut kinds = std::collections::BTreeSet::new();
         // (bits, leaves, words a row may be non-zero in).
         let all = usize::MAX;
@@ -337,13 +342,7 @@ mod tests {
     /// by bit, with `s` shorter than the rows and longer.
     #[test]
     fn band_folds_are_the_rows_parities() {
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = words(0x2545_f491_4f6c_dd1d);
         for rows in [1usize, 7, 8, 9, 17, 24, 25, 32] {
             for (words, s_words) in [(1usize, 1usize), (5, 5), (19, 19), (6, 4), (3, 7)] {
                 let m: Vec<Vec<u64>> = (0..rows).map(|_| (0..words).map(|_| next()).collect()).collect();
