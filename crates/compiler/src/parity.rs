@@ -180,14 +180,22 @@ impl Band {
 
     /// Bit `r` set where row `r`'s fold `⊕_w row_r[w] & s[w]` has odd parity.
     fn odd_rows(&self, s: &[u64]) -> u64 {
-        match self.groups {
-            1 => fold::odd_rows::<1>(&self.rows, s),
-            2 => fold::odd_rows::<2>(&self.rows, s),
-            3 => fold::odd_rows::<3>(&self.rows, s),
-            _ => fold::odd_rows::<4>(&self.rows, s),
-        }
+        by_groups!(fold::odd_rows, self, s)
     }
 }
+
+/// `$m::$f::<G>(rows, s)` for the band's group count `G` (at most [`BAND_GROUPS`]).
+macro_rules! by_groups {
+    ($m:ident::$f:ident, $band:expr, $s:expr) => {
+        match $band.groups {
+            1 => $m::$f::<1>(&$band.rows, $s),
+            2 => $m::$f::<2>(&$band.rows, $s),
+            3 => $m::$f::<3>(&$band.rows, $s),
+            _ => $m::$f::<4>(&$band.rows, $s),
+        }
+    };
+}
+use by_groups;
 
 /// A band's folds with AVX-512 when the build has it: per word of `s`, one broadcast and one
 /// three-input logic op per group (`fold ⊕ (row ∧ x)`), then a popcount per lane. (Written
@@ -355,12 +363,7 @@ mod tests {
                         odd | ((f.count_ones() & 1) as u64) << r
                     });
                     assert_eq!(band.odd_rows(&s), want, "rows {rows} words {words}");
-                    let portable = match band.groups {
-                        1 => portable::odd_rows::<1>(&band.rows, &s),
-                        2 => portable::odd_rows::<2>(&band.rows, &s),
-                        3 => portable::odd_rows::<3>(&band.rows, &s),
-                        _ => portable::odd_rows::<4>(&band.rows, &s),
-                    };
+                    let portable = by_groups!(portable::odd_rows, band, &s);
                     assert_eq!(portable, want, "rows {rows} words {words}");
                 }
             }

@@ -47,6 +47,14 @@ fn bench_eval(c: &mut Criterion) {
     g.bench_function(BenchmarkId::new("dpf_lt", "n50"), |b| {
         b.iter(|| k0.eval(black_box(&xs), &mut out).unwrap())
     });
+    // One of two candidate keys per point, picked at random (lanes read scattered keys).
+    let (c0, _) =
+        bitdpf::keygen(BitDpfParams::new(12).unwrap(), &points(&mut r, 2 * BATCH, 12), &mut r).unwrap();
+    let pick: Vec<u32> = (0..BATCH).map(|j| (2 * j as u64 + (r.next_u64() & 1)) as u32).collect();
+    let ys = points(&mut r, BATCH, 12);
+    g.bench_function(BenchmarkId::new("dpf_lt_indexed", "n12"), |b| {
+        b.iter(|| c0.eval_indexed(black_box(&pick), &ys, &mut out).unwrap())
+    });
     g.finish();
 }
 

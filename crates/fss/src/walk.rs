@@ -121,8 +121,8 @@ impl Walk {
             self.descend_with::<PARITY>(enc, cw, i, |k| k, 0, points, shift);
         } else if m <= CHUNK {
             // Other keys: their correction words gathered first, so that the descent reads
-            // slices and vectorises (`eval_indexed` of 12-bit keys, two candidates per
-            // element: 64 → 56 ns per element; the lookups inside the loop kept it scalar).
+            // slices and vectorises (the lookups inside the loop kept it scalar; bench
+            // `eval/dpf_lt_indexed`, CHANGELOG.md).
             let [mut l, mut h, mut a, mut b] = [[0u64; CHUNK]; 4];
             let lanes = l.iter_mut().zip(&mut h).zip(a.iter_mut().zip(&mut b)).take(m);
             for (k, ((l, h), (a, b))) in lanes.enumerate() {
