@@ -11,9 +11,10 @@ use compiler::{CompiledGate, SpecError};
 use fss::pad::PadSeed;
 use fss::ring::mask;
 use fss::rng::DealerRng;
+use fss::words::KeyBuffer;
 use fss::{DecodeError, Party};
 use gates::arith::{BatchedMatMul, Mul};
-use gates::keyio::{KeySizes, decode_keyed, encode_pair};
+use gates::keyio::{KeySizes, decode_keyed, decode_keyed_in_place, encode_pair};
 use gates::linalg::matmul_mod_weights;
 use gates::nonlinear::{Activation, ArsSlackDcf, ReluResidual};
 use gates::norm::Norm;
@@ -124,6 +125,18 @@ pub trait DynGate: Send + Sync {
     /// # Errors
     /// [`DecodeError`] for malformed bytes.
     fn decode(&self, party: Party, bytes: &[u8]) -> Result<Box<dyn Any + Send>, DecodeError>;
+    /// As [`DynGate::decode`], from `buf`, with the key's correction words read in place
+    /// (the key keeps `buf` alive: [`gates::keyio::decode_keyed_in_place`]).
+    ///
+    /// # Errors
+    /// As [`DynGate::decode`].
+    fn decode_in_place(
+        &self,
+        party: Party,
+        buf: &Arc<dyn KeyBuffer>,
+    ) -> Result<Box<dyn Any + Send>, DecodeError> {
+        self.decode(party, buf.key_bytes())
+    }
     /// Online evaluation with this party's key.
     fn eval<'a>(&'a self, ctx: &'a Ctx, key: &'a dyn Any, inputs: Vec<&'a [u64]>) -> EvalFuture<'a>;
     /// The plaintext result.
@@ -168,6 +181,14 @@ where
         Ok(Box::new(decode_keyed::<G::Key>(&self.0.key_shape(), party, bytes)?))
     }
 
+    fn decode_in_place(
+        &self,
+        party: Party,
+        buf: &Arc<dyn KeyBuffer>,
+    ) -> Result<Box<dyn Any + Send>, DecodeError> {
+        Ok(Box::new(decode_keyed_in_place::<G::Key>(&self.0.key_shape(), party, buf)?))
+    }
+
     fn eval<'a>(&'a self, ctx: &'a Ctx, key: &'a dyn Any, inputs: Vec<&'a [u64]>) -> EvalFuture<'a> {
         Box::pin(async move {
             let key = key.downcast_ref::<G::Key>().ok_or(GateError::KeyMismatch("a key of another gate"))?;
@@ -194,6 +215,14 @@ impl DynGate for SeedsShares {
 
     fn decode(&self, party: Party, bytes: &[u8]) -> Result<Box<dyn Any + Send>, DecodeError> {
         self.0.decode(party, bytes)
+    }
+
+    fn decode_in_place(
+        &self,
+        party: Party,
+        buf: &Arc<dyn KeyBuffer>,
+    ) -> Result<Box<dyn Any + Send>, DecodeError> {
+        self.0.decode_in_place(party, buf)
     }
 
     fn eval<'a>(&'a self, ctx: &'a Ctx, key: &'a dyn Any, inputs: Vec<&'a [u64]>) -> EvalFuture<'a> {

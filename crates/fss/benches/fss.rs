@@ -127,16 +127,6 @@ fn bench_codec(c: &mut Criterion) {
     w.put(1, 3);
     points(&mut r, 2 * WORDS, 64).iter().for_each(|&v| w.put(v, 64));
     let data = w.finish();
-    g.bench_function("u128_halves_unaligned", |b| {
-        let (mut lo, mut hi) = (Vec::new(), Vec::new());
-        b.iter(|| {
-            lo.clear();
-            hi.clear();
-            let mut rd = BitReader::new(black_box(&data));
-            rd.get(3).unwrap();
-            rd.get_u128_halves(WORDS, &mut lo, &mut hi).unwrap()
-        })
-    });
     g.bench_function("copy_16_bytes", |b| {
         let mut out: Vec<u8> = Vec::with_capacity(data.len());
         b.iter(|| {

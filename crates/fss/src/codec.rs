@@ -31,6 +31,8 @@ use crate::fields::read_fields;
 use crate::pad::{PadStream, RootStream};
 use crate::ring::mask;
 use crate::share::Party;
+use crate::words::{KeyBuffer, SharedWords, Words};
+use std::sync::Arc;
 use zeroize::Zeroize;
 
 /// Share words a split writer handles at a time ([`BitWriter::put_share_run`]).
@@ -55,6 +57,21 @@ pub struct BitWriter {
     /// Bits of tree roots and runs of them written ([`BitWriter::put_roots`]).
     root_bits: u64,
     root_runs: u64,
+    /// Where runs of 64-bit words go ([`BitWriter::put_side_words`]), and their bits.
+    side: SideSink,
+    side_bits: u64,
+}
+
+/// Where a writer's side words go.
+#[derive(Default)]
+enum SideSink {
+    /// Into the stream.
+    #[default]
+    Stream,
+    /// Only counted.
+    Count,
+    /// Into bytes `at..end` of the buffer (the side region, [`BitWriter::with_side_region`]).
+    Region { at: usize, end: usize },
 }
 
 /// A key written with its share words split ([`BitWriter::split`]).
@@ -557,6 +574,57 @@ impl BitWriter {
         }
     }
 
+    /// The same writer (an empty one), behind `prefix` and a side region of `side_bytes`
+    /// bytes: runs of 64-bit words ([`BitWriter::put_side_words`]: the trees' correction
+    /// words) fill the region, in order, instead of the stream, which follows it. A bundle's
+    /// key is its header, the region and the stream; with both the header and the region a
+    /// multiple of 8 bytes, a reader takes the region's words in place ([`crate::words`]).
+    /// `side_bytes` is what the key's [`BitWriter::side_bits`] counted.
+    pub fn with_side_region(mut self, mut prefix: Vec<u8>, side_bytes: usize) -> BitWriter {
+        debug_assert!(self.buf.is_empty() && self.pending == 0, "a fresh writer");
+        let at = prefix.len();
+        prefix.resize(at + side_bytes, 0);
+        self.buf = prefix;
+        self.side = SideSink::Region { at, end: at + side_bytes };
+        self
+    }
+
+    /// The same (counting) writer, counting side words apart from the stream
+    /// ([`BitWriter::side_bits`]), as a [`BitWriter::with_side_region`] writer stores them.
+    pub fn counting_side(mut self) -> BitWriter {
+        self.side = SideSink::Count;
+        self
+    }
+
+    /// Append `count` 64-bit words, word `i` being `word(i)`: to the side region of a
+    /// [`BitWriter::with_side_region`] writer (counted only by a
+    /// [`BitWriter::counting_side`] one), else to the stream as [`BitWriter::put_u64_run`].
+    ///
+    /// # Panics
+    /// If the words overrun the side region (its size is the dealer's count of the same
+    /// key's words, not input).
+    pub fn put_side_words(&mut self, count: usize, mut word: impl FnMut(usize) -> u64) {
+        match &mut self.side {
+            SideSink::Stream => return self.put_u64_run(count, word),
+            SideSink::Count => {}
+            SideSink::Region { at, end } => {
+                let region = self.buf.get_mut(*at..*at + 8 * count).filter(|_| *at + 8 * count <= *end);
+                let region = region.expect("the side region holds the key's side words");
+                for (i, b) in region.chunks_exact_mut(8).enumerate() {
+                    b.copy_from_slice(&word(i).to_le_bytes());
+                }
+                *at += 8 * count;
+            }
+        }
+        self.side_bits += 64 * count as u64;
+    }
+
+    /// Bits of side words so far ([`BitWriter::put_side_words`] into a region or counted;
+    /// a counting writer's [`BitWriter::bit_len`] leaves them out).
+    pub fn side_bits(&self) -> u64 {
+        self.side_bits
+    }
+
     /// Room for `bits` more bits without growing.
     pub fn reserve(&mut self, bits: u64) {
         if self.dropped.is_none() {
@@ -566,6 +634,10 @@ impl BitWriter {
 
     /// Pad with zero bits to a byte boundary and return the bytes.
     pub fn finish(mut self) -> Vec<u8> {
+        debug_assert!(
+            !matches!(self.side, SideSink::Region { at, end } if at != end),
+            "the side region is filled"
+        );
         while self.pending > 0 {
             self.buf.push(self.acc as u8);
             self.acc >>= 8;
@@ -614,19 +686,72 @@ pub struct BitReader<'a> {
     pad: Option<PadSplit>,
     /// This party's root stream in a seeded key ([`BitReader::with_roots`]).
     roots: Option<RootStream>,
+    /// The side region of a key written [`BitWriter::with_side`] ([`BitReader::with_side`]).
+    side: Option<SideRegion<'a>>,
+}
+
+/// A reader's side region: its bytes, how many are read, and the buffer they lie in with
+/// their offset there (to read words in place).
+struct SideRegion<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    buffer: Option<(Arc<dyn KeyBuffer>, usize)>,
 }
 
 impl<'a> BitReader<'a> {
     /// A reader over `data`, starting at bit 0.
     pub fn new(data: &'a [u8]) -> BitReader<'a> {
-        BitReader { data, pos: 0, pad: None, roots: None }
+        BitReader { data, pos: 0, pad: None, roots: None, side: None }
+    }
+
+    /// The same reader, for a key written [`BitWriter::with_side`] whose side region is
+    /// `bytes`; with `buffer` (the buffer `bytes` lie in, and their offset there), words
+    /// read from it are read in place where they are 8-byte aligned ([`SharedWords`]).
+    pub fn with_side(
+        mut self,
+        bytes: &'a [u8],
+        buffer: Option<(Arc<dyn KeyBuffer>, usize)>,
+    ) -> BitReader<'a> {
+        self.side = Some(SideRegion { bytes, at: 0, buffer });
+        self
+    }
+
+    /// Read `count` 64-bit words written by [`BitWriter::put_side_words`]: from the side
+    /// region (in place where it can), else from the stream.
+    ///
+    /// # Errors
+    /// [`DecodeError::Truncated`] if fewer than `count` words remain (nothing is read).
+    pub fn get_side_words(&mut self, count: usize) -> Result<Words, DecodeError> {
+        let Some(s) = &mut self.side else {
+            let mut v = Vec::new();
+            self.get_run(64, count, &mut v)?;
+            return Ok(Words::Owned(v));
+        };
+        let bytes =
+            s.at.checked_add(count.saturating_mul(8))
+                .and_then(|end| s.bytes.get(s.at..end))
+                .ok_or(DecodeError::Truncated { needed: s.at + 8 * count, available: s.bytes.len() })?;
+        let shared = s.buffer.as_ref().and_then(|(b, off)| SharedWords::new(b, off + s.at, count));
+        s.at += bytes.len();
+        Ok(match shared {
+            Some(w) => Words::Shared(w),
+            None => Words::Owned(
+                bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect(),
+            ),
+        })
     }
 
     /// A reader of a key written by [`BitWriter::split`] with the same `split` and
     /// `seeded_below`: this party's pad words are its `pad` at their share bits, the rest
     /// come from `data`.
     pub fn with_pad(data: &'a [u8], pad: PadStream, split: u64, seeded_below: bool) -> BitReader<'a> {
-        BitReader { data, pos: 0, pad: Some(PadSplit { pad, offset: 0, split, seeded_below }), roots: None }
+        BitReader {
+            data,
+            pos: 0,
+            pad: Some(PadSplit { pad, offset: 0, split, seeded_below }),
+            roots: None,
+            side: None,
+        }
     }
 
     /// The same reader, for a key written [`BitWriter::with_roots`] this party's `stream`:
@@ -746,6 +871,11 @@ impl<'a> BitReader<'a> {
         self.data.len() as u64 * 8 - self.pos
     }
 
+    /// Bits of the side region not yet read ([`BitReader::with_side`]; 0 without one).
+    pub fn remaining_side_bits(&self) -> u64 {
+        self.side.as_ref().map_or(0, |s| (s.bytes.len() - s.at) as u64 * 8)
+    }
+
     /// Read a field of `bits ≤ 64` bits.
     ///
     /// # Errors
@@ -818,74 +948,6 @@ impl<'a> BitReader<'a> {
         Ok(())
     }
 
-    /// Read `count` 128-bit blocks as [`BitReader::get_u128_run`] does, their low and high
-    /// halves appended to `lo` and `hi` (one pass, no block vector in between); returns the
-    /// OR of the low halves (so a caller can check a bit of every block at once).
-    ///
-    /// # Errors
-    /// [`DecodeError::Truncated`] if fewer than `128 · count` bits remain (nothing is read).
-    pub fn get_u128_halves(
-        &mut self,
-        count: usize,
-        lo: &mut Vec<u64>,
-        hi: &mut Vec<u64>,
-    ) -> Result<u64, DecodeError> {
-        let need = count as u64 * 128;
-        self.ensure(need)?;
-        let first = (self.pos / 8) as usize;
-        let o = (self.pos % 8) as u32;
-        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
-        let at = lo.len();
-        // A few KB at a time into buffers on the stack (one pass, no bounds check per word),
-        // then appended: the halves are written once (resizing them first and overwriting
-        // wrote every word twice; extending each half from its own iterator ran 2.5×
-        // slower).
-        const PIECE: usize = 256;
-        let (mut bl, mut bh) = ([0u64; PIECE], [0u64; PIECE]);
-        lo.reserve(count);
-        hi.reserve(count);
-        let whole = if o == 0 {
-            // Byte-aligned: each block is 16 bytes as they are.
-            for src in self.data[first..first + 16 * count].chunks(16 * PIECE) {
-                let k = src.len() / 16;
-                for ((l, h), b) in bl.iter_mut().zip(&mut bh).zip(src.chunks_exact(16)) {
-                    (*l, *h) = (word(&b[..8]), word(&b[8..]));
-                }
-                lo.extend_from_slice(&bl[..k]);
-                hi.extend_from_slice(&bh[..k]);
-            }
-            count
-        } else {
-            // Not byte-aligned: each block from its 16 bytes shifted right by `o` (1..=7)
-            // and the next byte's low bits on top (64-bit shifts by `o` and `64 − o`), for
-            // the blocks with a byte after them; the last through `get_u128`.
-            let whole = count.min((self.data.len() - first).saturating_sub(1) / 16);
-            let src = &self.data[first..first + 16 * whole + 1];
-            for at in (0..whole).step_by(PIECE) {
-                let k = PIECE.min(whole - at);
-                let piece = &src[16 * at..16 * (at + k) + 1];
-                let next = piece[16..].iter().step_by(16);
-                for (((l, h), b), &nx) in bl.iter_mut().zip(&mut bh).zip(piece.chunks_exact(16)).zip(next) {
-                    let (w0, w1) = (word(&b[..8]), word(&b[8..]));
-                    *l = w0 >> o | w1 << (64 - o);
-                    *h = w1 >> o | u64::from(nx) << (64 - o);
-                }
-                lo.extend_from_slice(&bl[..k]);
-                hi.extend_from_slice(&bh[..k]);
-            }
-            whole
-        };
-        let mut any = lo[at..].iter().fold(0, |a, &l| a | l);
-        self.pos += 128 * whole as u64;
-        for _ in whole..count {
-            let v = self.get_u128()?;
-            any |= v as u64;
-            lo.push(v as u64);
-            hi.push((v >> 64) as u64);
-        }
-        Ok(any)
-    }
-
     /// Read `count` 128-bit blocks, appended to `out` (as `count` calls of
     /// [`BitReader::get_u128`], one bounds check for the run).
     ///
@@ -937,12 +999,17 @@ impl<'a> BitReader<'a> {
         Ok(lo | hi << 64)
     }
 
-    /// Check that only zero padding (< 8 bits) remains.
+    /// Check that only zero padding (< 8 bits) remains, and all of the side region is read.
     ///
     /// # Errors
     /// [`DecodeError::TrailingBytes`] if whole bytes remain, [`DecodeError::InvalidField`] if
     /// the padding bits are not zero.
     pub fn finish(mut self) -> Result<(), DecodeError> {
+        if let Some(s) = &self.side
+            && s.at < s.bytes.len()
+        {
+            return Err(DecodeError::TrailingBytes(s.bytes.len() - s.at));
+        }
         let rest = self.remaining_bits();
         if rest >= 8 {
             return Err(DecodeError::TrailingBytes((rest / 8) as usize));
@@ -1292,16 +1359,6 @@ mod tests {
                 assert_eq!(got32, vals.iter().map(|&v| u128::from(v)).collect::<Vec<_>>());
                 assert_eq!(got_b, blocks, "{lead} + {bits}");
                 r.finish().unwrap();
-                // The same blocks as halves, with the OR of the low halves.
-                r2.get_u128_run(0, &mut vec![]).unwrap();
-                let (mut lo, mut hi) = (vec![], vec![]);
-                let any = r2.get_u128_halves(count, &mut lo, &mut hi).unwrap();
-                assert_eq!(lo, blocks.iter().map(|&b| b as u64).collect::<Vec<_>>(), "{lead} + {bits}");
-                assert_eq!(hi, blocks.iter().map(|&b| (b >> 64) as u64).collect::<Vec<_>>());
-                assert_eq!(any, blocks.iter().fold(0, |a, &b| a | b as u64));
-                r2.finish().unwrap();
-                let mut r = BitReader::new(&bytes);
-                assert!(r.get_u128_halves(2 * count + 100, &mut lo, &mut hi).is_err());
                 // A run longer than the stream reads nothing and fails.
                 let mut r = BitReader::new(&bytes);
                 let mut none = vec![];
@@ -1345,6 +1402,44 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Side words go to the region of a region writer (the stream of any other), and come
+    /// back from it, or from the stream without one; a reader must read all of the region,
+    /// and a run past its end is an error.
+    #[test]
+    fn side_words_round_trip_through_their_region() {
+        let words: Vec<u64> = (0..5u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect();
+        let write = |w: &mut BitWriter| {
+            w.put(5, 3);
+            w.put_side_words(words.len(), |i| words[i]);
+            w.put(9, 7);
+        };
+        let mut c = BitWriter::counting().counting_side();
+        write(&mut c);
+        assert_eq!((c.bit_len(), c.side_bits()), (10, 320));
+        let mut w = BitWriter::new().with_side_region(vec![1, 2, 3, 4, 5, 6, 7, 8], 40);
+        write(&mut w);
+        let bytes = w.finish();
+        assert_eq!(bytes.len(), 8 + 40 + 2);
+        let read = |side: &[u8], stream: &[u8], k: usize| {
+            let mut r = BitReader::new(stream).with_side(side, None);
+            let got = (r.get(3)?, r.get_side_words(k)?.to_vec(), r.get(7)?);
+            r.finish().map(|()| got)
+        };
+        assert_eq!(read(&bytes[8..48], &bytes[48..], 5), Ok((5, words.clone(), 9)));
+        assert_eq!(read(&bytes[8..48], &bytes[48..], 4), Err(DecodeError::TrailingBytes(8)));
+        assert!(matches!(read(&bytes[8..48], &bytes[48..], 6), Err(DecodeError::Truncated { .. })));
+        // Without a region, the words are in the stream.
+        let mut w = BitWriter::new();
+        write(&mut w);
+        let bytes = w.finish();
+        let mut r = BitReader::new(&bytes);
+        assert_eq!(
+            (r.get(3).unwrap(), r.get_side_words(5).unwrap().to_vec(), r.get(7).unwrap()),
+            (5, words, 9)
+        );
+        r.finish().unwrap();
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //! | [`adpf`] | arithmetic DPF, early termination, `K`-word payloads, for lookup tables (§3.3) |
 //! | [`codec`] | bit-packed, versioned, checksummed key encoding |
 //! | [`pad`] | share words expanded from a seed (seeded key halves) |
+//! | [`words`] | runs of key words, owned or read in place from a bundle's section |
 //! | [`rng`] | the dealer's OS-seeded CSPRNG |
 //!
 //! Keys come in batches (`DpfKeys`, `BitDpfKeys`, `DcfKeys`, `AdpfKeys`): many keys of one
@@ -52,6 +53,7 @@ pub mod share;
 mod tree;
 pub mod walk;
 pub mod wipe;
+pub mod words;
 
 pub use error::{DecodeError, FssError};
 pub use ring::{FixedPoint, Ring};

@@ -12,6 +12,7 @@
 use crate::codec::{BitReader, BitWriter};
 use crate::error::DecodeError;
 use crate::prg::{HashKey, Prg};
+use crate::words::Words;
 
 /// All bits but the control bit.
 pub(crate) const SEED_MASK: u128 = !1u128;
@@ -25,15 +26,16 @@ pub(crate) struct TreeKeys {
     pub levels: u32,
     pub roots: Vec<u128>,
     /// Seed correction words, low and high halves: index `i · len + k` is level `i` of key
-    /// `k`. (Halves in separate arrays let the walk vectorise.)
-    pub scw_lo: Vec<u64>,
-    pub scw_hi: Vec<u64>,
+    /// `k`. (Halves in separate arrays let the walk vectorise; in a bundle they are read in
+    /// place, [`crate::words`].)
+    pub scw_lo: Words,
+    pub scw_hi: Words,
     /// Bit `i` of `tcw_left[k]` / `tcw_right[k]`: level `i` of key `k`.
     pub tcw_left: Vec<u64>,
     pub tcw_right: Vec<u64>,
 }
 
-crate::wipe_on_drop!(TreeKeys { wipe: [roots, scw_lo, scw_hi, tcw_left, tcw_right], zeroize: [] });
+crate::wipe_on_drop!(TreeKeys { wipe: [roots, tcw_left, tcw_right], zeroize: [scw_lo, scw_hi] });
 
 impl TreeKeys {
     /// An empty batch of trees with `levels` levels.
@@ -41,8 +43,8 @@ impl TreeKeys {
         TreeKeys {
             levels,
             roots: Vec::with_capacity(keys),
-            scw_lo: Vec::with_capacity(keys * levels as usize),
-            scw_hi: Vec::with_capacity(keys * levels as usize),
+            scw_lo: Words::with_capacity(keys * levels as usize),
+            scw_hi: Words::with_capacity(keys * levels as usize),
             tcw_left: Vec::with_capacity(keys),
             tcw_right: Vec::with_capacity(keys),
         }
@@ -120,8 +122,11 @@ impl TreeKeys {
             return;
         }
         w.put_roots(&self.roots);
+        // The low halves, then the high ones (a bundle's reader takes both in place).
         let (lo, hi) = (&self.scw_lo, &self.scw_hi);
-        w.put_u64_run(2 * lo.len().min(hi.len()), |i| if i % 2 == 0 { lo[i / 2] } else { hi[i / 2] });
+        let n = lo.len().min(hi.len());
+        w.put_side_words(n, |i| lo[i]);
+        w.put_side_words(n, |i| hi[i]);
         let (l, r) = (&self.tcw_left, &self.tcw_right);
         w.put_run(self.levels, 2 * l.len().min(r.len()), |i| if i % 2 == 0 { l[i / 2] } else { r[i / 2] });
     }
@@ -134,8 +139,9 @@ impl TreeKeys {
         if t.roots.iter().any(|root| root & 1 != 0) {
             return Err(DecodeError::InvalidField("root seed has its control bit set"));
         }
-        let low_bits = r.get_u128_halves(keys * levels as usize, &mut t.scw_lo, &mut t.scw_hi)?;
-        if low_bits & 1 != 0 {
+        let n = keys * levels as usize;
+        (t.scw_lo, t.scw_hi) = (r.get_side_words(n)?, r.get_side_words(n)?);
+        if t.scw_lo.iter().fold(0, |a, &w| a | w) & 1 != 0 {
             return Err(DecodeError::InvalidField("seed correction word has bit 0 set"));
         }
         let mut tcw = Vec::with_capacity(2 * keys);
@@ -157,11 +163,13 @@ pub(crate) fn check_keys(
     key_bits: u64,
     root_bits: u64,
 ) -> Result<(), DecodeError> {
+    // (Correction words may lie in the reader's side region: both count.)
     let bits = count as u64 * (key_bits - root_bits);
-    if r.remaining_bits() < bits {
+    let available = r.remaining_bits() + r.remaining_side_bits();
+    if available < bits {
         return Err(DecodeError::Truncated {
             needed: bits.div_ceil(8) as usize,
-            available: (r.remaining_bits() / 8) as usize,
+            available: (available / 8) as usize,
         });
     }
     Ok(())

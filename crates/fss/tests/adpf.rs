@@ -425,9 +425,11 @@ fn one_party_key_does_not_depend_on_alpha() {
                     w.finish()
                 })
                 .collect();
-            let tree_blocks = (p.levels() + 1) as usize;
+            // The root, then the seed CWs' low halves (one 64-bit word per level), then
+            // their high halves.
+            let levels = p.levels() as usize;
             for (bit, &f) in bit_frequencies(&materials).iter().enumerate() {
-                let seed_lsb = bit < 128 * tree_blocks && bit % 128 == 0;
+                let seed_lsb = bit == 0 || (128..128 + 64 * levels).contains(&bit) && bit % 64 == 0;
                 let padding = bit as u64 >= p.key_bits();
                 if seed_lsb || padding {
                     assert_eq!(f, 0.0, "{p:?} set {set} bit {bit}");

@@ -72,7 +72,9 @@ fn tree_material(write: impl FnOnce(&mut BitWriter), n: u32) -> (BitReader<'stat
     let bytes: &'static [u8] = Box::leak(w.finish().into_boxed_slice());
     let mut r = BitReader::new(bytes);
     let _root = r.get_u128().unwrap();
-    let scw: Vec<u128> = (0..n).map(|_| r.get_u128().unwrap()).collect();
+    // The seed CWs' low halves, level by level, then their high halves.
+    let lo: Vec<u64> = (0..n).map(|_| r.get(64).unwrap()).collect();
+    let scw: Vec<u128> = lo.iter().map(|&l| u128::from(l) | u128::from(r.get(64).unwrap()) << 64).collect();
     let (tl, tr) = (r.get(n).unwrap(), r.get(n).unwrap());
     let levels = scw.iter().enumerate().map(|(i, &s)| (s, (tl >> i) & 1, (tr >> i) & 1)).collect();
     (r, levels)

@@ -105,9 +105,10 @@ fn one_party_key_does_not_depend_on_alpha() {
         for (kind, freqs) in prof.iter().enumerate() {
             for (bit, &f) in freqs.iter().enumerate() {
                 // Bit 0 of the root and of every seed correction word is the control bit,
-                // always 0 by construction; padding bits at the end are 0 too.
-                let seed_blocks = if kind == 2 { n as usize - 7 } else { n as usize + 1 };
-                let seed_lsb = bit < 128 * seed_blocks && bit % 128 == 0;
+                // always 0 by construction; padding bits at the end are 0 too. (The root,
+                // then the CWs' low halves, one 64-bit word per level, then the high ones.)
+                let levels = if kind == 2 { n as usize - 8 } else { n as usize };
+                let seed_lsb = bit == 0 || (128..128 + 64 * levels).contains(&bit) && bit % 64 == 0;
                 let padding = bit >= material_bits(kind, n);
                 if seed_lsb || padding {
                     assert_eq!(f, 0.0, "set {set} kind {kind} bit {bit}");

@@ -18,7 +18,9 @@
 
 use fss::codec::{BitReader, BitWriter};
 use fss::pad::{PadSeed, PadStream, RootStream};
+use fss::words::KeyBuffer;
 use fss::{DecodeError, Party};
+use std::sync::Arc;
 
 /// The key of one gate instance.
 pub trait GateKey: Sized {
@@ -119,33 +121,38 @@ pub struct KeySizes {
     pub roots: u64,
     /// See `roots`.
     pub root_runs: u64,
+    /// The bits of its correction words, which [`encode_pair`] stores in the key's side
+    /// region ([`BitWriter::with_side_region`]).
+    pub side: u64,
 }
 
 impl KeySizes {
     /// The sizes of `key`, counted without writing it.
     pub fn of<K: GateKey>(key: &K) -> KeySizes {
-        let mut w = BitWriter::counting();
+        let mut w = BitWriter::counting().counting_side();
         key.write(&mut w);
         let shares = w.share_bits();
         let mut c = BitWriter::counting_split(share_split(shares));
         key.write(&mut c);
         KeySizes {
-            bits: w.bit_len() + shares,
+            bits: w.bit_len() + shares + w.side_bits(),
             shares,
             below: c.share_bits_below(),
             roots: w.root_bits(),
             root_runs: w.root_runs(),
+            side: w.side_bits(),
         }
     }
 
     /// Bytes of each party's key as [`encode_pair`] writes it, seeded or not.
     pub fn stored_bytes(&self, seeded: bool) -> [u64; 2] {
+        let side = self.side / 8;
         if !seeded {
-            return [1 + self.bits.div_ceil(8); 2];
+            return [PLAIN_HEADER_BYTES + side + (self.bits - self.side).div_ceil(8); 2];
         }
-        let rest = self.bits - self.shares - self.roots + self.root_runs;
+        let rest = self.bits - self.shares - self.roots + self.root_runs - self.side;
         // Party 0 keeps its words from the split on, party 1 those before it.
-        [self.shares - self.below, self.below].map(|k| SEEDED_HEADER_BYTES + (rest + k).div_ceil(8))
+        [self.shares - self.below, self.below].map(|k| SEEDED_HEADER_BYTES + side + (rest + k).div_ceil(8))
     }
 }
 
@@ -155,20 +162,26 @@ pub fn share_split(share_bits: u64) -> u64 {
     share_bits / 2
 }
 
-/// Header bytes of a gate key in a bundle: one byte, `0` for a key with all its share
-/// words, `1` for a seeded one, which the 16-byte seed of the party's pad and the split
-/// ([`share_split`], 8 bytes, little-endian) follow.
-pub const SEEDED_HEADER_BYTES: u64 = 25;
+/// Header bytes of a gate key in a bundle with all its share words: `0`, seven zero bytes,
+/// and the bytes of its side region (8 bytes, little-endian).
+pub const PLAIN_HEADER_BYTES: u64 = 16;
 
-/// Both parties' keys of one gate, encoded for a bundle, each behind its header. With
-/// `seeds`, each party's key has half of its share words from the pad of its own seed
-/// ([`fss::pad`]): party 0's words that start before the split ([`share_split`]), party
-/// 1's from it on; only the seed and the split are stored in their place, and the other
-/// party's word of each pair is the value minus that pad. The roots of the keys' trees
-/// are left out where they are the next of the party's [`RootStream`] of the same seed (the
-/// dealer draws them so inside [`fss::rng::with_root_seeds`]); the party regenerates them.
-/// A party never sees the other's seed. Without, both keys are [`GateKey::to_bytes`] behind
-/// a zero byte. `sizes` are the keys' ([`KeySizes::of`]).
+/// Header bytes of a seeded gate key in a bundle: `1`, seven zero bytes, the 16-byte seed
+/// of the party's pad, the split ([`share_split`]) and the bytes of the side region (8
+/// bytes each, little-endian).
+pub const SEEDED_HEADER_BYTES: u64 = 40;
+
+/// Both parties' keys of one gate, encoded for a bundle, each as its header, its side
+/// region and its bit stream. The side region holds the key's correction words
+/// ([`BitWriter::put_side_words`]), 8-byte aligned (the header is a multiple of 8 bytes)
+/// so that a server reads them in place ([`decode_keyed_in_place`]). With `seeds`, each
+/// party's key has half of its share words from the pad of its own seed ([`fss::pad`]):
+/// party 0's words that start before the split ([`share_split`]), party 1's from it on; the
+/// other party's word of each pair is the value minus that pad. The roots of the keys'
+/// trees are left out where they are the next of the party's [`RootStream`] of the same
+/// seed (the dealer draws them so inside [`fss::rng::with_root_seeds`]); the party
+/// regenerates them. A party never sees the other's seed. `sizes` are the keys'
+/// ([`KeySizes::of`]).
 pub fn encode_pair<K: GateKey>(
     k0: &K,
     k1: &K,
@@ -176,67 +189,106 @@ pub fn encode_pair<K: GateKey>(
     seeds: Option<[PadSeed; 2]>,
 ) -> [Vec<u8>; 2] {
     // Each key written once into a buffer of its final size, behind its header.
-    let KeySizes { bits, shares, below, .. } = *sizes;
+    let KeySizes { bits, shares, below, side, .. } = *sizes;
+    let side_bytes = (side / 8) as usize;
+    let header = |kind: u8, seed: Option<(&PadSeed, u64)>, rest_bits: u64| {
+        let mut h = Vec::with_capacity((SEEDED_HEADER_BYTES + side / 8 + rest_bits.div_ceil(8) + 8) as usize);
+        h.extend_from_slice(&[kind, 0, 0, 0, 0, 0, 0, 0]);
+        if let Some((seed, split)) = seed {
+            h.extend_from_slice(seed);
+            h.extend_from_slice(&split.to_le_bytes());
+        }
+        h.extend_from_slice(&(side / 8).to_le_bytes());
+        h
+    };
     let Some([seed0, seed1]) = seeds else {
         let plain = |k: &K| {
-            let mut w = BitWriter::with_prefix(Vec::with_capacity(1 + bits.div_ceil(8) as usize + 8));
-            w.put(0, 8);
+            let mut w = BitWriter::new().with_side_region(header(0, None, bits - side), side_bytes);
             k.write(&mut w);
             w.finish()
         };
         return [plain(k0), plain(k1)];
     };
     let split = share_split(shares);
-    let header = |w: &mut BitWriter, seed: &PadSeed| {
-        w.put(1, 8);
-        for &b in seed {
-            w.put(b as u64, 8);
-        }
-        w.put(split, 64);
-    };
     // Party 0's words after the split are the values minus party 1's pad, party 1's before
     // it the values minus party 0's pad.
     let mut w = BitWriter::recording_shares();
     k1.write(&mut w);
     let theirs = w.into_shares();
-    let mut w =
-        BitWriter::split(theirs, PadStream::new(&seed1), split, true).with_roots(RootStream::new(&seed0));
-    w.reserve(8 * SEEDED_HEADER_BYTES + bits - below);
-    header(&mut w, &seed0);
+    let mut w = BitWriter::split(theirs, PadStream::new(&seed1), split, true)
+        .with_roots(RootStream::new(&seed0))
+        .with_side_region(header(1, Some((&seed0, split)), bits - below - side), side_bytes);
     k0.write(&mut w);
     let (b0, ours) = w.finish_split();
     let mut w = BitWriter::split(ours, PadStream::new(&seed0), split, false)
         .discarding_own()
-        .with_roots(RootStream::new(&seed1));
-    w.reserve(8 * SEEDED_HEADER_BYTES + bits - (shares - below));
-    header(&mut w, &seed1);
+        .with_roots(RootStream::new(&seed1))
+        .with_side_region(header(1, Some((&seed1, split)), bits - (shares - below) - side), side_bytes);
     k1.write(&mut w);
     let (b1, _) = w.finish_split();
     [b0, b1]
 }
 
-/// Read a key that [`encode_pair`] wrote for `party`.
+/// Read a key that [`encode_pair`] wrote for `party` (its words copied out of `bytes`).
 ///
 /// # Errors
 /// [`DecodeError`] for a short or malformed input, as [`GateKey::from_bytes`].
 pub fn decode_keyed<K: GateKey>(shape: &K::Shape, party: Party, bytes: &[u8]) -> Result<K, DecodeError> {
-    match bytes.first() {
-        Some(0) => K::from_bytes(shape, party, &bytes[1..]),
-        Some(1) => {
-            let head = SEEDED_HEADER_BYTES as usize;
-            let h =
-                bytes.get(1..head).ok_or(DecodeError::Truncated { needed: head, available: bytes.len() })?;
-            let seed: PadSeed = h[..16].try_into().expect("16 bytes");
-            let split = u64::from_le_bytes(h[16..].try_into().expect("8 bytes"));
-            let mut r = BitReader::with_pad(&bytes[head..], PadStream::new(&seed), split, party == Party::P0)
-                .with_roots(RootStream::new(&seed));
-            let k = K::read(shape, party, &mut r)?;
-            r.finish()?;
-            Ok(k)
-        }
-        Some(_) => Err(DecodeError::InvalidField("gate key header")),
-        None => Err(DecodeError::Truncated { needed: 1, available: 0 }),
+    decode_section(shape, party, bytes, None)
+}
+
+/// Read a key that [`encode_pair`] wrote for `party` into `buf`, its correction words read
+/// in place: the key keeps `buf` alive until it is dropped ([`fss::words`]).
+///
+/// # Errors
+/// As [`decode_keyed`].
+pub fn decode_keyed_in_place<K: GateKey>(
+    shape: &K::Shape,
+    party: Party,
+    buf: &Arc<dyn KeyBuffer>,
+) -> Result<K, DecodeError> {
+    decode_section(shape, party, buf.key_bytes(), Some(buf))
+}
+
+fn decode_section<K: GateKey>(
+    shape: &K::Shape,
+    party: Party,
+    bytes: &[u8],
+    buf: Option<&Arc<dyn KeyBuffer>>,
+) -> Result<K, DecodeError> {
+    let word = |at: usize| {
+        let b =
+            bytes.get(at..at + 8).ok_or(DecodeError::Truncated { needed: at + 8, available: bytes.len() })?;
+        Ok::<u64, DecodeError>(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    };
+    let (seeded, head) = match bytes.first() {
+        Some(0) => (false, PLAIN_HEADER_BYTES as usize),
+        Some(1) => (true, SEEDED_HEADER_BYTES as usize),
+        Some(_) => return Err(DecodeError::InvalidField("gate key header")),
+        None => return Err(DecodeError::Truncated { needed: 1, available: 0 }),
+    };
+    if word(0)? >> 8 != 0 {
+        return Err(DecodeError::InvalidField("gate key header"));
     }
+    let side_len = word(head - 8)?;
+    let side_end = (head as u64)
+        .checked_add(side_len)
+        .filter(|&e| e <= bytes.len() as u64 && side_len.is_multiple_of(8))
+        .ok_or(DecodeError::InvalidField("side region length"))? as usize;
+    let (side, stream) = (&bytes[head..side_end], &bytes[side_end..]);
+    let in_place = buf.map(|b| (Arc::clone(b), head));
+    let mut r = if seeded {
+        let seed: PadSeed = bytes[8..24].try_into().expect("16 bytes");
+        let split = word(24)?;
+        BitReader::with_pad(stream, PadStream::new(&seed), split, party == Party::P0)
+            .with_roots(RootStream::new(&seed))
+    } else {
+        BitReader::new(stream)
+    }
+    .with_side(side, in_place);
+    let k = K::read(shape, party, &mut r)?;
+    r.finish()?;
+    Ok(k)
 }
 
 const MAGIC: [u8; 4] = *b"FSSG";

@@ -177,7 +177,7 @@ fn seeded_keys_carry_their_own_seed_and_half_the_words() {
     let [b0, b1] = encode_pair(&k0, &k1, &sizes, Some(seeds));
     assert_eq!([b0.len() as u64, b1.len() as u64], sizes.stored_bytes(true));
     assert_eq!((b0[0], b1[0]), (1, 1));
-    assert_eq!((&b0[1..17], &b1[1..17]), (&seeds[0][..], &seeds[1][..]));
+    assert_eq!((&b0[8..24], &b1[8..24]), (&seeds[0][..], &seeds[1][..]));
     // Three words of 50 bits per element, half of them stored by each party.
     let full = (3 * 50 * 1000) / 8;
     for b in [&b0, &b1] {
@@ -195,4 +195,60 @@ fn seeded_keys_carry_their_own_seed_and_half_the_words() {
     assert_eq!(sum(&d0, &d1), sum(&k0, &k1));
     // A key decoded with the other party's header is refused or wrong, never the same.
     assert!(decode_keyed::<<Mul as Gate>::Key>(&shape, Party::P0, &b1).map_or(true, |k| k != d0));
+}
+
+/// A bundle's keys read their correction words in place: decoded from a shared buffer, the
+/// keys equal the dealer's and those decoded by copying, seeded or not; the buffer lives
+/// while a key reads it; a damaged side-region length is an error, not a panic.
+#[test]
+fn keys_read_their_correction_words_in_place() {
+    use fss::Party;
+    use fss::words::KeyBuffer;
+    use gates::GateKey;
+    use gates::cmp::Relu;
+    use gates::keyio::{KeySizes, decode_keyed, decode_keyed_in_place, encode_pair};
+    use std::sync::Arc;
+    struct Section(Vec<u8>);
+    impl KeyBuffer for Section {
+        fn key_bytes(&self) -> &[u8] {
+            &self.0
+        }
+    }
+    let mut r = rng(12);
+    let g = Relu::new(37, 300);
+    let (rx, rz) = (words(&mut r, 300, 37), words(&mut r, 300, 37));
+    let shape = g.key_shape();
+    type K = <Relu as Gate>::Key;
+    for seeds in [None, Some([[5u8; 16], [6u8; 16]])] {
+        // (Roots drawn from the parties' root streams, as the dealer draws them.)
+        let (k0, k1) = fss::rng::with_root_seeds(seeds.as_ref(), || g.keygen(&[&rx], &rz, &mut r)).unwrap();
+        let sizes = KeySizes::of(&k0);
+        assert!(sizes.side > 0 && sizes.side.is_multiple_of(64), "correction words in the side region");
+        let pair = encode_pair(&k0, &k1, &sizes, seeds);
+        assert_eq!(pair.each_ref().map(|b| b.len() as u64), sizes.stored_bytes(seeds.is_some()));
+        for (party, bytes) in [Party::P0, Party::P1].into_iter().zip(pair) {
+            let copied = decode_keyed::<K>(&shape, party, &bytes).unwrap();
+            let buf: Arc<dyn KeyBuffer> = Arc::new(Section(bytes.clone()));
+            let shared = decode_keyed_in_place::<K>(&shape, party, &buf).unwrap();
+            assert!(Arc::strong_count(&buf) > 1, "the key holds the buffer");
+            assert!(shared == copied);
+            // Without seeds both keys hold all of their words: each is the dealer's.
+            if seeds.is_none() {
+                assert!(shared == if party == Party::P0 { k0.clone() } else { k1.clone() });
+            }
+            drop(shared);
+            assert_eq!(Arc::strong_count(&buf), 1, "dropped with the key");
+            // The side region's length past the end, or not whole words: refused.
+            let head = if seeds.is_some() { 40 } else { 16 };
+            for bad in [u64::MAX, bytes.len() as u64, 12] {
+                let mut b = bytes.clone();
+                b[head - 8..head].copy_from_slice(&bad.to_le_bytes());
+                assert!(decode_keyed::<K>(&shape, party, &b).is_err(), "length {bad}");
+            }
+        }
+    }
+    // (A key written alone keeps its correction words in its stream.)
+    let (k0, _) = g.keygen(&[&rx], &rz, &mut r).unwrap();
+    let alone = K::from_bytes(&shape, Party::P0, &k0.to_bytes()).unwrap();
+    assert!(alone == k0);
 }

@@ -2,7 +2,7 @@
 //! as they are made and read by a server as the program runs, so that a bundle may be larger
 //! than memory. [`crate::store::Store`] makes every bundle single-use across crashes.
 //!
-//! A bundle file (`bundle-RUN-INDEX.fkb`, format version 2, little-endian):
+//! A bundle file (`bundle-RUN-INDEX.fkb`, format version 3, little-endian):
 //!
 //! | field | bytes |
 //! |---|---|
@@ -18,33 +18,38 @@
 //! | end marker `FUSEFSSE` | 8 |
 //!
 //! Sections come in program order: the input mask share, one key per gate node, the output
-//! mask share. A gate key's section starts with a header byte: `0` for a key with all its
+//! mask share. A gate key's section is a header, the key's side region and its bit stream
+//! (`gates::keyio::encode_pair`). The header's first byte is `0` for a key with all its
 //! share words, `1` for a FuseFSS key half of whose share words are the pad of the party's
-//! own 16-byte seed that follows, split at the share bit in the next 8 bytes, and whose
-//! tree roots come from the root stream of the same seed (`gates::keyio::encode_pair`). CRCs detect corruption, not tampering: the dealer-to-server path is trusted
-//! (SECURITY.md).
+//! own 16-byte seed, which follows seven zero bytes, split at the share bit in the next 8
+//! bytes, and whose tree roots come from the root stream of the same seed; its last 8
+//! bytes are the side region's length. The side region holds the key's correction words
+//! as 64-bit words, 8-byte aligned, which a server reads in place (`fss::words`). CRCs
+//! detect corruption, not tampering: the dealer-to-server path is trusted (SECURITY.md).
 
 use std::any::Any;
 use std::fmt;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use fss::Party;
 use fss::codec::{BitReader, BitWriter};
+use fss::words::KeyBuffer;
 use gates::GateError;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use engine::{DynGate, EngineError, Graph, Impl, KeySink, KeySource, Op, Weights};
 
-use crate::key_bytes::{Buffers, KeyBytes};
+use crate::key_bytes::{Buffers, KeyBytes, SharedSection};
 use crate::private;
 
 const MAGIC: &[u8; 8] = b"FUSEFSSK";
 const END: &[u8; 8] = b"FUSEFSSE";
 /// The bundle format version this build reads and writes.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// Revision of the gates' protocols and key layouts, part of every fingerprint: bump it when
 /// a gate's key changes, so that bundles dealt by an older build are refused as foreign
 /// instead of being misread. 2: one-round shift in FuseFSS LayerNorm and small truncations,
@@ -916,10 +921,12 @@ impl KeySource for BundleReader {
 
     fn gate_key(&mut self, node: usize, gate: &dyn DynGate) -> Result<Box<dyn Any + Send>, GateError> {
         let body = self.section(KIND_GATE, node as u32)?;
-        let key = gate.decode(self.header.party, body.as_slice());
-        // The buffer goes back to the reader, whose next section overwrites it (if the
-        // reader is gone, it is wiped as it drops).
-        let _ = self.recycle.send(body);
+        // The key reads its correction words in place: the buffer goes back to the reader,
+        // whose next section overwrites it, when the key is dropped (if the reader is gone
+        // by then, it is wiped as it drops).
+        let body: Arc<dyn KeyBuffer> = Arc::new(SharedSection::new(body, self.recycle.clone()));
+        let key = gate.decode_in_place(self.header.party, &body);
+        drop(body);
         key.map_err(|source| {
             GateError::from(BundleError::Decode { path: self.path.display().to_string(), node, source })
         })

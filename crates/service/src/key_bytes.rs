@@ -13,6 +13,7 @@ use std::io::Read;
 use std::sync::mpsc::{Receiver, Sender, channel};
 
 use fss::wipe::__zeroize::Zeroize;
+use fss::words::KeyBuffer;
 
 /// Bytes of key material: only `bytes[..len]` ever holds any.
 pub(crate) struct KeyBytes {
@@ -63,6 +64,35 @@ impl KeyBytes {
 impl Drop for KeyBytes {
     fn drop(&mut self) {
         self.clear();
+    }
+}
+
+/// A section's bytes shared with the keys that read their words in place from it
+/// ([`fss::words`]): handed back to the reader when the last of them is dropped.
+pub(crate) struct SharedSection {
+    body: Option<KeyBytes>,
+    back: Sender<KeyBytes>,
+}
+
+impl SharedSection {
+    /// `body`, to go back through `back`.
+    pub(crate) fn new(body: KeyBytes, back: Sender<KeyBytes>) -> SharedSection {
+        SharedSection { body: Some(body), back }
+    }
+}
+
+impl KeyBuffer for SharedSection {
+    fn key_bytes(&self) -> &[u8] {
+        self.body.as_ref().map_or(&[], KeyBytes::as_slice)
+    }
+}
+
+impl Drop for SharedSection {
+    fn drop(&mut self) {
+        // (A reader that is gone drops it: its contents are zeroed.)
+        if let Some(b) = self.body.take() {
+            let _ = self.back.send(b);
+        }
     }
 }
 
