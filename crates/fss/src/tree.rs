@@ -123,7 +123,7 @@ impl TreeKeys {
         }
         w.put_roots(&self.roots);
         // The low halves, then the high ones (a bundle's reader takes both in place).
-        let (lo, hi) = (&self.scw_lo, &self.scw_hi);
+        let (lo, hi): (&[u64], &[u64]) = (&self.scw_lo, &self.scw_hi);
         let n = lo.len().min(hi.len());
         w.put_side_words(n, |i| lo[i]);
         w.put_side_words(n, |i| hi[i]);

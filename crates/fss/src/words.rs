@@ -68,8 +68,12 @@ impl Words {
     }
 
     /// Append a word (owned words; shared ones are first copied).
+    #[inline]
     pub fn push(&mut self, w: u64) {
-        self.make_owned().push(w);
+        match self {
+            Words::Owned(v) => v.push(w),
+            Words::Shared(_) => self.make_owned().push(w),
+        }
     }
 
     /// Append words (owned words; shared ones are first copied).
@@ -77,6 +81,9 @@ impl Words {
         self.make_owned().extend_from_slice(ws);
     }
 
+    /// (The dealer pushes owned words one by one: copying shared ones is the rare path.)
+    #[cold]
+    #[inline(never)]
     fn make_owned(&mut self) -> &mut Vec<u64> {
         if let Words::Shared(s) = self {
             *self = Words::Owned(s.words().to_vec());
