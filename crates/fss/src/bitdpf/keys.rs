@@ -7,6 +7,7 @@ use crate::rng::{CryptoRng, random_block, random_roots};
 use crate::share::{Party, XorBit};
 use crate::tree::{DealerTrees, ROOT_BITS, TreeKeys, check_keys, path_bit};
 use crate::walk;
+use crate::words::Words;
 
 /// `ν`: outputs per leaf block are `2^ν = 128`.
 pub const LEAF_BITS: u32 = 7;
@@ -63,11 +64,24 @@ pub struct BitDpfKeys {
     pub(super) party: Party,
     /// Roots and the first `L − 1` levels (no levels for table keys).
     pub(super) tree: TreeKeys,
-    /// Per key, the two leaf correction blocks; for a table key `[table share, 0]`.
-    pub(super) leaf_cw: Vec<[u128; 2]>,
+    /// Per key, the two leaf correction blocks as four 64-bit words (low half first; read
+    /// in place in a bundle, [`crate::words`]); for a table key `[table share, 0]`.
+    pub(super) leaf_cw: Words,
 }
 
-crate::wipe_on_drop!(BitDpfKeys { wipe: [leaf_cw], zeroize: [tree] });
+crate::wipe_on_drop!(BitDpfKeys { wipe: [], zeroize: [leaf_cw, tree] });
+
+/// Key `k`'s two leaf correction blocks in `words` (four 64-bit words per key).
+#[inline(always)]
+pub(super) fn leaf_at(words: &[u64], k: usize) -> [u128; 2] {
+    let c = &words[4 * k..4 * k + 4];
+    [u128::from(c[0]) | u128::from(c[1]) << 64, u128::from(c[2]) | u128::from(c[3]) << 64]
+}
+
+/// Leaf blocks as the four words per key that [`BitDpfKeys::leaf_cw`] holds.
+fn leaf_words(blocks: &[[u128; 2]]) -> Words {
+    Words::Owned(blocks.iter().flat_map(|b| b.map(|x| [x as u64, (x >> 64) as u64])).flatten().collect())
+}
 
 impl std::fmt::Debug for BitDpfKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -116,7 +130,7 @@ pub fn keygen<R: CryptoRng + ?Sized>(
             shares.0.push([s0, 0]);
             shares.1.push([s0 ^ (1u128 << a), 0]);
         }
-        return Ok((key(Party::P0, t0, shares.0), key(Party::P1, t1, shares.1)));
+        return Ok((key(Party::P0, t0, leaf_words(&shares.0)), key(Party::P1, t1, leaf_words(&shares.1))));
     }
     let (n, levels) = (params.domain_bits, params.levels());
     let prg = Prg::global();
@@ -138,7 +152,10 @@ pub fn keygen<R: CryptoRng + ?Sized>(
         })
         .collect::<Vec<_>>();
     let (t0, t1) = trees.into_keys();
-    Ok((key(Party::P0, t0, leaf_cw.clone()), key(Party::P1, t1, leaf_cw)))
+    let mut leaf_cw = leaf_cw;
+    let words = leaf_words(&leaf_cw);
+    crate::wipe::wipe(&mut leaf_cw);
+    Ok((key(Party::P0, t0, words.clone()), key(Party::P1, t1, words)))
 }
 
 impl BitDpfKeys {
@@ -154,7 +171,13 @@ impl BitDpfKeys {
 
     /// Number of keys.
     pub fn len(&self) -> usize {
-        self.leaf_cw.len()
+        self.leaf_cw.len() / 4
+    }
+
+    /// Key `k`'s two leaf correction blocks.
+    #[inline(always)]
+    pub(super) fn leaf(&self, k: usize) -> [u128; 2] {
+        leaf_at(&self.leaf_cw, k)
     }
 
     /// Whether the batch is empty.
@@ -172,7 +195,7 @@ impl BitDpfKeys {
             params: self.params,
             party: self.party,
             tree,
-            leaf_cw: self.leaf_cw[start..end].to_vec(),
+            leaf_cw: Words::Owned(self.leaf_cw[4 * start..4 * end].to_vec()),
         }
     }
 
@@ -189,18 +212,19 @@ impl BitDpfKeys {
         }
         if self.params.is_table() {
             let bits = 1u32 << self.params.domain_bits;
-            for cw in &self.leaf_cw {
-                w.put(cw[0] as u64, bits.min(64));
+            for k in 0..self.len() {
+                let table = self.leaf(k)[0];
+                w.put(table as u64, bits.min(64));
                 if bits > 64 {
-                    w.put((cw[0] >> 64) as u64, bits - 64);
+                    w.put((table >> 64) as u64, bits - 64);
                 }
             }
             return;
         }
         self.tree.write(w);
         // Each key's two leaf blocks, low half first (as `put_u128` twice).
-        let cws = &self.leaf_cw;
-        w.put_u64_run(4 * cws.len(), |i| (cws[i / 4][(i / 2) % 2] >> (64 * (i % 2))) as u64);
+        let cws: &[u64] = &self.leaf_cw;
+        w.put_side_words(cws.len(), |i| cws[i]);
     }
 
     /// Read `count` keys written by [`BitDpfKeys::write_material`].
@@ -216,28 +240,19 @@ impl BitDpfKeys {
         check_keys(r, count, params.key_bits(), if params.is_table() { 0 } else { ROOT_BITS })?;
         if params.is_table() {
             let bits = 1u32 << params.domain_bits;
-            let mut leaf_cw = Vec::with_capacity(count);
+            let mut leaf_cw = Vec::with_capacity(4 * count);
             for _ in 0..count {
                 let mut table = r.get(bits.min(64))? as u128;
                 if bits > 64 {
                     table |= (r.get(bits - 64)? as u128) << 64;
                 }
-                leaf_cw.push([table, 0]);
+                leaf_cw.extend([table as u64, (table >> 64) as u64, 0, 0]);
             }
+            let leaf_cw = Words::Owned(leaf_cw);
             return Ok(BitDpfKeys { params, party, tree: TreeKeys::with_capacity(0, 0), leaf_cw });
         }
         let tree = TreeKeys::read(r, params.levels() - 1, count)?;
-        let leaf_cw = {
-            // Pairs of blocks, read a chunk at a time (no vector of all blocks in between).
-            let mut v: Vec<[u128; 2]> = Vec::with_capacity(count);
-            let mut chunk = Vec::with_capacity(1024);
-            while v.len() < count {
-                chunk.clear();
-                r.get_u128_run(2 * (count - v.len()).min(512), &mut chunk)?;
-                v.extend(chunk.chunks_exact(2).map(|c| [c[0], c[1]]));
-            }
-            v
-        };
+        let leaf_cw = r.get_side_words(4 * count)?;
         Ok(BitDpfKeys { params, party, tree, leaf_cw })
     }
 

@@ -62,7 +62,7 @@ impl BitDpfKeys {
     fn eval_chunk(&self, key: impl Fn(usize) -> usize, points: &[u64], out: &mut [CmpShares]) {
         if self.params.is_table() {
             for k in 0..points.len() {
-                out[k] = self.finish(points[k], self.leaf_cw[key(k)][0], 0, 0);
+                out[k] = self.finish(points[k], self.leaf(key(k))[0], 0, 0);
             }
             return;
         }
@@ -135,7 +135,7 @@ impl BitDpfKeys {
             let t = tm[k];
             let acc = acc[k] ^ (t & (sel ^ prev[k]));
             let (al, ah) = walk::select_hash(&e0[k], &e1[k], sel, lo[k], hi[k]);
-            let [c0, c1] = self.leaf_cw[kk];
+            let [c0, c1] = self.leaf(kk);
             let cw = c0 ^ ((c0 ^ c1) & ((sel as u128) << 64 | sel as u128));
             let (bl, bh) = (al ^ (cw as u64 & t), ah ^ ((cw >> 64) as u64 & t));
             at_leaf(k, LaneLeaf { bl, bh, sel, flip: (acc ^ party) & 1 });
@@ -240,7 +240,7 @@ impl BitDpfKeys {
         }
         walk::check_range(&keys, self.len())?;
         if self.params.is_table() {
-            return Ok(self.leaf_cw[keys].iter().map(|cw| cw[0]).collect());
+            return Ok(keys.map(|k| self.leaf(k)[0]).collect());
         }
         let levels = self.params.levels();
         let mut out = vec![0u128; keys.len() << levels];
@@ -256,7 +256,7 @@ impl BitDpfKeys {
                 for (ch, hk) in [(0usize, HashKey::Left), (1, HashKey::Right)] {
                     Prg::global().hash_many(hk, &seeds, &mut enc);
                     for j in 0..seeds.len() {
-                        let cw = self.leaf_cw[start + (j >> (levels - 1))][ch];
+                        let cw = self.leaf(start + (j >> (levels - 1)))[ch];
                         o[2 * j + ch] = enc[j] ^ (cw & ((leaves.t[j] as u128) | (leaves.t[j] as u128) << 64));
                     }
                 }

@@ -127,7 +127,7 @@ impl BitDpfKeys {
         let mut out = PackedOut::new(groups.clone(), points, offsets, self.party.bit(), lt, eq);
         if self.params.is_table() {
             for g in groups {
-                out.put_block(g, offsets[g]..offsets[g + 1], self.leaf_cw[base + g][0], 0, 0, true);
+                out.put_block(g, offsets[g]..offsets[g + 1], self.leaf(base + g)[0], 0, 0, true);
             }
             return;
         }
@@ -222,7 +222,7 @@ impl BitDpfKeys {
             let a = from_block(&enc[cu][k]) ^ from_block(&sig[cu][k]);
             let acc = node.acc ^ (node.t & (c != node.prev) as u8);
             if last {
-                let blk = a ^ (self.leaf_cw[kg][cu] & (node.t as u128).wrapping_neg());
+                let blk = a ^ (self.leaf(kg)[cu] & (node.t as u128).wrapping_neg());
                 out.put_block(g, node.lo as usize..node.hi as usize, blk, c, acc, false);
                 continue;
             }
@@ -333,7 +333,7 @@ impl BitDpfKeys {
                 let t = tm[k];
                 let acc = acc[k] ^ (t & (sel ^ prev[k]));
                 let (al, ah) = walk::select_hash(&e0[k], &e1[k], sel, lo[k], hi[k]);
-                let [c0, c1] = self.leaf_cw[keys[k]];
+                let [c0, c1] = self.leaf(keys[k]);
                 let cw = c0 ^ ((c0 ^ c1) & ((sel as u128) << 64 | sel as u128));
                 let (bl, bh) = (al ^ (cw as u64 & t), ah ^ ((cw >> 64) as u64 & t));
                 LaneLeaf { bl, bh, sel, flip: (acc ^ party) & 1 }

@@ -185,7 +185,7 @@ impl BitDpfKeys {
         let words = width.div_ceil(64);
         let size = 1usize << n;
         for k in 0..out.len() / words {
-            let table = self.leaf_cw[base + k0 + k][0];
+            let table = self.leaf(base + k0 + k)[0];
             let start = starts[k0 + k] as usize;
             // The window may wrap: read the table cyclically, one 128-bit block at a time.
             let blocks: Vec<u128> = (0..width.div_ceil(128))
@@ -273,7 +273,7 @@ impl BitDpfKeys {
         ends: &mut [(u64, u64)],
     ) {
         for (ti, t) in tasks.iter().enumerate() {
-            let cw = self.leaf_cw[g0 + t.key];
+            let cw = self.leaf(g0 + t.key);
             let (clo, chi) = (t.lo.max(2 * t.p0), t.hi.min(2 * (t.p0 + t.m as u64 - 1) + 1));
             let at = block_at[t.key] + t.at + (clo - t.lo) as usize;
             let out = &mut blocks[at..at + (chi - clo + 1) as usize];
@@ -508,7 +508,7 @@ impl BitDpfKeys {
             (&scw_lo[g0..g0 + count], &scw_hi[g0..g0 + count])
         };
         let tcws = [&self.tree.tcw_left[g0..g0 + count], &self.tree.tcw_right[g0..g0 + count]];
-        let leaf_cw = &self.leaf_cw[g0..g0 + count];
+        let leaf_cw: &[u64] = &self.leaf_cw[4 * g0..4 * (g0 + count)];
         for q in 0..p {
             let r = q * count..(q + 1) * count;
             let (l, h, t) = (&lo[r.clone()], &hi[r.clone()], &tm[r.clone()]);
@@ -520,7 +520,7 @@ impl BitDpfKeys {
                     for (k, out) in blocks.chunks_exact_mut(2 * p).enumerate() {
                         let (al, ah) = walk::halves(&e[k]);
                         let (al, ah) = (al ^ h[k], ah ^ h[k] ^ l[k]);
-                        let cw = leaf_cw[k][c] & (t[k] as u128 | (t[k] as u128) << 64);
+                        let cw = super::keys::leaf_at(leaf_cw, k)[c] & (t[k] as u128 | (t[k] as u128) << 64);
                         out[at] = (al as u128 | (ah as u128) << 64) ^ cw;
                     }
                 } else {
