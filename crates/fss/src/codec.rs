@@ -686,7 +686,7 @@ pub struct BitReader<'a> {
     pad: Option<PadSplit>,
     /// This party's root stream in a seeded key ([`BitReader::with_roots`]).
     roots: Option<RootStream>,
-    /// The side region of a key written [`BitWriter::with_side`] ([`BitReader::with_side`]).
+    /// The side region of a key written [`BitWriter::with_side_region`] ([`BitReader::with_side`]).
     side: Option<SideRegion<'a>>,
 }
 
@@ -704,7 +704,7 @@ impl<'a> BitReader<'a> {
         BitReader { data, pos: 0, pad: None, roots: None, side: None }
     }
 
-    /// The same reader, for a key written [`BitWriter::with_side`] whose side region is
+    /// The same reader, for a key written [`BitWriter::with_side_region`] whose side region is
     /// `bytes`; with `buffer` (the buffer `bytes` lie in, and their offset there), words
     /// read from it are read in place where they are 8-byte aligned ([`SharedWords`]).
     pub fn with_side(
@@ -727,10 +727,12 @@ impl<'a> BitReader<'a> {
             self.get_run(64, count, &mut v)?;
             return Ok(Words::Owned(v));
         };
-        let bytes =
-            s.at.checked_add(count.saturating_mul(8))
-                .and_then(|end| s.bytes.get(s.at..end))
-                .ok_or(DecodeError::Truncated { needed: s.at + 8 * count, available: s.bytes.len() })?;
+        let bytes = s.at.checked_add(count.saturating_mul(8)).and_then(|end| s.bytes.get(s.at..end)).ok_or(
+            DecodeError::Truncated {
+                needed: s.at.saturating_add(count.saturating_mul(8)),
+                available: s.bytes.len(),
+            },
+        )?;
         let shared = s.buffer.as_ref().and_then(|(b, off)| SharedWords::new(b, off + s.at, count));
         s.at += bytes.len();
         Ok(match shared {

@@ -4,7 +4,7 @@
 //! Correction words are most of a key's bytes (bert-tiny: the trees of every comparison and
 //! lookup). Decoding them into vectors of their own copied every one, and dropping the key
 //! wiped the copy: two passes over them besides the evaluation's. Stored 8-byte aligned in
-//! a region after the bit stream ([`crate::codec::BitWriter::with_side`]), they are read
+//! a region ahead of the bit stream ([`crate::codec::BitWriter::with_side_region`]), they are read
 //! where they lie instead, and the section's buffer lives as long as a key that reads it.
 
 use std::fmt;

@@ -466,7 +466,7 @@ impl<W: Write + Send + 'static> Output<W> {
 
 /// A thread that flushes a file's written data to disk when asked (`fdatasync`), so that
 /// the disk writes the first sections of a bundle while the dealer makes the last: the
-/// bundle's closing `fsync` (two per query, one per party: 50–80 ms each for bert-tiny's
+/// bundle's closing `fsync` (two per query, one per party: 47–79 ms each for bert-tiny's
 /// 161 MB bundles, `strace -T`) then waits for the tail only.
 struct Flusher {
     tx: std::sync::mpsc::SyncSender<()>,
