@@ -1,5 +1,6 @@
 //! Encoded key sections in memory: zeroized when dropped, and recycled from the online
-//! phase back to the bundle's reader, so that reading the next section overwrites the last.
+//! phase (once the key read in place from a section is spent) back to the bundle's reader,
+//! so that reading the next section overwrites the last.
 //!
 //! A section's body is key material as much as the key decoded from it (SECURITY.md). A
 //! buffer holds key bytes only in its contents (`bytes[..len]`: nothing is written past
@@ -96,8 +97,10 @@ impl Drop for SharedSection {
     }
 }
 
-/// Buffers kept idle for reuse at most, besides those in flight (read ahead, in decoding):
-/// the reader takes one back for every section it reads, so one is enough, and more hold
+/// Buffers kept idle for reuse at most, besides those in flight (read ahead, or held by a
+/// key that reads its words in place until it is spent): the reader takes those handed back
+/// in before every section it reads, so one is enough (`perf stat`: page faults do not grow
+/// with repetitions, with one kept as with four), and more hold
 /// memory the size of the largest sections (peak memory of `bench model --model minilm
 /// --seq 128 --impl both --reps 1 --warmup 0`, FuseFSS / SIGMA: 3.14 / 3.79 GB with bodies
 /// freed unwiped, 3.50 / 4.51 GB keeping four, 3.39 / 3.93 GB keeping one).
