@@ -134,6 +134,31 @@ impl Prg {
         }
     }
 
+    /// `left[i] = H_L(input[i])` and `right[i] = H_R(input[i])`: both children of every
+    /// seed, `σ` computed once for both (the dealer's level expansion).
+    ///
+    /// # Panics
+    /// If the slices differ in length (a caller bug, never input-driven).
+    pub fn hash_both(&self, input: &[u128], left: &mut [u128], right: &mut [u128]) {
+        assert!(input.len() == left.len() && input.len() == right.len(), "hash_both: length mismatch");
+        const STEP: usize = 256;
+        let mut sig = [AesBlock::default(); STEP];
+        let mut enc = [AesBlock::default(); STEP];
+        for ((inp, l), r) in input.chunks(STEP).zip(left.chunks_mut(STEP)).zip(right.chunks_mut(STEP)) {
+            let m = inp.len();
+            for (d, &x) in sig[..m].iter_mut().zip(inp) {
+                *d = to_block(sigma(x));
+            }
+            let padded = pad(m);
+            for (j, o) in [(HashKey::Left, l), (HashKey::Right, r)] {
+                self.encrypt(j, &sig[..padded], &mut enc[..padded]);
+                for k in 0..m {
+                    o[k] = from_block(&enc[k]) ^ from_block(&sig[k]);
+                }
+            }
+        }
+    }
+
     /// Raw batched AES: `out[i] = AES_{K_j}(input[i])`. The caller supplies σ-inputs and
     /// XORs them back in to complete `H_j`.
     ///

@@ -11,7 +11,7 @@
 
 use crate::codec::{BitReader, BitWriter};
 use crate::error::DecodeError;
-use crate::prg::{HashKey, Prg};
+use crate::prg::Prg;
 use crate::words::Words;
 
 /// All bits but the control bit.
@@ -73,13 +73,6 @@ impl TreeKeys {
     pub fn scw_level(&self, i: u32) -> (&[u64], &[u64]) {
         let r = i as usize * self.len()..(i as usize + 1) * self.len();
         (&self.scw_lo[r.clone()], &self.scw_hi[r])
-    }
-
-    /// Append a seed correction word (levels are filled in order, keys within a level).
-    #[inline]
-    pub fn push_scw(&mut self, c: u128) {
-        self.scw_lo.push(c as u64);
-        self.scw_hi.push((c >> 64) as u64);
     }
 
     /// Level `i`'s control-bit correction of key `k` for direction `bit`, as 0/1.
@@ -232,34 +225,37 @@ impl DealerTrees {
 
     /// Hash every seed into both children (`4` AES per key per level).
     pub fn expand(&mut self, prg: &Prg) {
-        prg.hash_many(HashKey::Left, &self.seeds, &mut self.left);
-        prg.hash_many(HashKey::Right, &self.seeds, &mut self.right);
+        prg.hash_both(&self.seeds, &mut self.left, &mut self.right);
     }
 
     /// BGI16 level step `i` for every key, whose point has bit `bits(k)` at this level:
     /// computes the correction words from the expanded children, records them, and moves both
     /// parties to the kept child.
     pub fn step(&mut self, i: u32, bits: impl Fn(usize) -> u64) {
-        for k in 0..self.seeds.len() / 2 {
-            let a = bits(k);
-            let (l0, l1) = (self.left[2 * k], self.left[2 * k + 1]);
-            let (r0, r1) = (self.right[2 * k], self.right[2 * k + 1]);
-            let a8 = a as u8;
-            let (lose0, lose1) = if a == 0 { (r0, r1) } else { (l0, l1) };
+        // Branch-free: the point bits are random, so a branch per key was mispredicted about
+        // every other key.
+        let m = self.seeds.len() / 2;
+        let (seeds, t) = (&mut self.seeds[..2 * m], &mut self.t[..2 * m]);
+        let (left, right) = (&self.left[..2 * m], &self.right[..2 * m]);
+        let (tcw_l, tcw_r) = (&mut self.keys.tcw_left[..m], &mut self.keys.tcw_right[..m]);
+        for k in 0..m {
+            let a = bits(k) & 1;
+            let am = (a as u128).wrapping_neg();
+            let (l0, l1) = (left[2 * k], left[2 * k + 1]);
+            let (r0, r1) = (right[2 * k], right[2 * k + 1]);
+            // The kept child is the point's; the other is corrected to agree.
+            let (keep0, keep1) = (l0 ^ ((l0 ^ r0) & am), l1 ^ ((l1 ^ r1) & am));
+            let (lose0, lose1) = (l0 ^ r0 ^ keep0, l1 ^ r1 ^ keep1);
             let scw = (lose0 ^ lose1) & SEED_MASK;
-            let tl = ((l0 ^ l1) as u8 & 1) ^ a8 ^ 1;
-            let tr = ((r0 ^ r1) as u8 & 1) ^ a8;
-            let tkeep = if a == 0 { tl } else { tr };
-            for b in 0..2 {
-                let lane = 2 * k + b;
-                let keep = if a == 0 { self.left[lane] } else { self.right[lane] };
-                let (s, t) = correct(keep, self.t[lane], scw, tkeep);
-                self.seeds[lane] = s;
-                self.t[lane] = t;
-            }
-            self.keys.push_scw(scw);
-            self.keys.tcw_left[k] |= (tl as u64) << i;
-            self.keys.tcw_right[k] |= (tr as u64) << i;
+            let tl = ((l0 ^ l1) as u64 & 1) ^ a ^ 1;
+            let tr = ((r0 ^ r1) as u64 & 1) ^ a;
+            let tkeep = (tl ^ ((tl ^ tr) & a)) as u8;
+            (seeds[2 * k], t[2 * k]) = correct(keep0, t[2 * k], scw, tkeep);
+            (seeds[2 * k + 1], t[2 * k + 1]) = correct(keep1, t[2 * k + 1], scw, tkeep);
+            self.keys.scw_lo.push(scw as u64);
+            self.keys.scw_hi.push((scw >> 64) as u64);
+            tcw_l[k] |= tl << i;
+            tcw_r[k] |= tr << i;
         }
     }
 }
