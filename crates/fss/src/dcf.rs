@@ -176,13 +176,13 @@ pub fn keygen_with_roots(
     let mut acc_v = vec![0u64; m * kw];
     let mut vin = vec![0u128; 2 * m * nb];
     let mut vals = [vec![0u128; 2 * m * nb], vec![0u128; 2 * m * nb]];
-    let mut words = [[vec![0u64; kw], vec![0u64; kw]], [vec![0u64; kw], vec![0u64; kw]]];
+    let wpb = params.words_per_block();
     for i in 0..n {
-        trees.expand(prg);
         if kw == 1 {
-            prg.hash_many(HashKey::ValueLeft, &trees.seeds, &mut vals[0]);
-            prg.hash_many(HashKey::ValueRight, &trees.seeds, &mut vals[1]);
+            let [vl, vr] = &mut vals;
+            trees.expand_with_values(prg, [vl, vr]);
         } else {
+            trees.expand(prg);
             for (c, v) in vals.iter_mut().enumerate() {
                 for (lane, &s) in trees.seeds.iter().enumerate() {
                     for j in 0..nb {
@@ -192,28 +192,18 @@ pub fn keygen_with_roots(
                 prg.hash_many(HashKey::ValueLeft, &vin, v);
             }
         }
-        for k in 0..m {
-            let a = path_bit(alphas[k], n, i) as usize;
-            let (keep, lose) = (a, 1 - a);
-            let neg = trees.t[2 * k + 1] == 1; // party 1's control bit before the update
-            let sign = |v: u64| if neg { v.wrapping_neg() } else { v };
-            // words[c][b]: party b's value words of child c.
-            for (c, per_child) in words.iter_mut().enumerate() {
-                for (b, w) in per_child.iter_mut().enumerate() {
-                    params.unpack(&vals[c][(2 * k + b) * nb..(2 * k + b + 1) * nb], w);
-                }
-            }
-            for j in 0..kw {
-                let v = &mut acc_v[k * kw + j];
-                let mut cw = sign(words[lose][1][j].wrapping_sub(words[lose][0][j]).wrapping_sub(*v));
-                if a == 1 {
-                    // The left subtree lies below α: it must add β.
-                    cw = cw.wrapping_add(sign(betas[k * kw + j]));
-                }
-                let cw = cw & ell;
-                *v = v.wrapping_sub(words[keep][1][j]).wrapping_add(words[keep][0][j]).wrapping_add(sign(cw));
-                vcw[(i as usize * kw + j) * m + k] = cw;
-            }
+        for j in 0..kw {
+            // Word `j` of a node's value blocks.
+            let (blk, shift) = (j / wpb, (j % wpb) as u32 * params.out_bits);
+            let row = (i as usize * kw + j) * m;
+            value_step(
+                &mut vcw[row..row + m],
+                &mut acc_v[j * m..(j + 1) * m],
+                |c, lane| (vals[c][lane * nb + blk] >> shift) as u64,
+                &trees.t,
+                ell,
+                |k| (path_bit(alphas[k], n, i), betas[k * kw + j]),
+            );
         }
         trees.step(i, |k| path_bit(alphas[k], n, i));
     }
@@ -221,13 +211,47 @@ pub fn keygen_with_roots(
     let fcw: Vec<u64> = (0..m * kw)
         .map(|kj| {
             let (k, j) = (kj / kw, kj % kw);
-            let d = conv[(2 * k + 1) * kw + j].wrapping_sub(conv[2 * k * kw + j]).wrapping_sub(acc_v[kj]);
+            let d =
+                conv[(2 * k + 1) * kw + j].wrapping_sub(conv[2 * k * kw + j]).wrapping_sub(acc_v[j * m + k]);
             (if trees.t[2 * k + 1] == 1 { d.wrapping_neg() } else { d }) & ell
         })
         .collect();
     let (t0, t1) = trees.into_keys();
     let key = |party, tree| DcfKeys { params, party, tree, vcw: vcw.clone(), fcw: fcw.clone() };
     Ok((key(Party::P0, t0), key(Party::P1, t1)))
+}
+
+/// One value word's correction words at one level, branch-free: key `k`, with path bit and
+/// payload word `point(k)`, gets `row[k]`, and its running sum `acc[k]` moves to the kept
+/// child. `word(c, 2k + b)` is party `b`'s value word of child `c` (0 left, 1 right);
+/// `t[2k + 1]` party 1's control bit before the level's update, which negates the correction.
+#[inline(always)]
+fn value_step(
+    row: &mut [u64],
+    acc: &mut [u64],
+    word: impl Fn(usize, usize) -> u64,
+    t: &[u8],
+    ell: u64,
+    point: impl Fn(usize) -> (u64, u64),
+) {
+    let m = row.len();
+    let (acc, t) = (&mut acc[..m], &t[..2 * m]);
+    for k in 0..m {
+        let (a, beta) = point(k);
+        let am = a.wrapping_neg();
+        let neg = (t[2 * k + 1] as u64 & 1).wrapping_neg();
+        let sign = |v: u64| (v ^ neg).wrapping_sub(neg);
+        let (l0, l1) = (word(0, 2 * k), word(0, 2 * k + 1));
+        let (r0, r1) = (word(1, 2 * k), word(1, 2 * k + 1));
+        // The child off the path (right for a 0 bit) and the kept one.
+        let (lose0, lose1) = (r0 ^ ((l0 ^ r0) & am), r1 ^ ((l1 ^ r1) & am));
+        let (keep0, keep1) = (l0 ^ r0 ^ lose0, l1 ^ r1 ^ lose1);
+        let v = acc[k];
+        // Below a 1 bit the left subtree lies below α: it adds β.
+        let cw = sign(lose1.wrapping_sub(lose0).wrapping_sub(v)).wrapping_add(sign(beta) & am) & ell;
+        acc[k] = v.wrapping_sub(keep1).wrapping_add(keep0).wrapping_add(sign(cw));
+        row[k] = cw;
+    }
 }
 
 /// The tweak of value block `j` of child `c` for `K > 1`: the blocks are

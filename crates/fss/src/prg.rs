@@ -134,26 +134,26 @@ impl Prg {
         }
     }
 
-    /// `left[i] = H_L(input[i])` and `right[i] = H_R(input[i])`: both children of every
-    /// seed, `σ` computed once for both (the dealer's level expansion).
+    /// `outs[c][i] = H_{keys[c]}(input[i])` for every key: `σ` computed once for all of
+    /// them (the dealer's level expansion: both children, and a DCF's values too).
     ///
     /// # Panics
     /// If the slices differ in length (a caller bug, never input-driven).
-    pub fn hash_both(&self, input: &[u128], left: &mut [u128], right: &mut [u128]) {
-        assert!(input.len() == left.len() && input.len() == right.len(), "hash_both: length mismatch");
+    pub fn hash_keys<const K: usize>(&self, keys: [HashKey; K], input: &[u128], mut outs: [&mut [u128]; K]) {
+        assert!(outs.iter().all(|o| o.len() == input.len()), "hash_keys: length mismatch");
         const STEP: usize = 256;
         let mut sig = [AesBlock::default(); STEP];
         let mut enc = [AesBlock::default(); STEP];
-        for ((inp, l), r) in input.chunks(STEP).zip(left.chunks_mut(STEP)).zip(right.chunks_mut(STEP)) {
-            let m = inp.len();
+        for (c, inp) in input.chunks(STEP).enumerate() {
+            let (m, at) = (inp.len(), c * STEP);
             for (d, &x) in sig[..m].iter_mut().zip(inp) {
                 *d = to_block(sigma(x));
             }
             let padded = pad(m);
-            for (j, o) in [(HashKey::Left, l), (HashKey::Right, r)] {
+            for (&j, o) in keys.iter().zip(outs.iter_mut()) {
                 self.encrypt(j, &sig[..padded], &mut enc[..padded]);
-                for k in 0..m {
-                    o[k] = from_block(&enc[k]) ^ from_block(&sig[k]);
+                for (k, o) in o[at..at + m].iter_mut().enumerate() {
+                    *o = from_block(&enc[k]) ^ from_block(&sig[k]);
                 }
             }
         }

@@ -11,7 +11,7 @@
 
 use crate::codec::{BitReader, BitWriter};
 use crate::error::DecodeError;
-use crate::prg::Prg;
+use crate::prg::{HashKey, Prg};
 use crate::words::Words;
 
 /// All bits but the control bit.
@@ -225,7 +225,18 @@ impl DealerTrees {
 
     /// Hash every seed into both children (`4` AES per key per level).
     pub fn expand(&mut self, prg: &Prg) {
-        prg.hash_both(&self.seeds, &mut self.left, &mut self.right);
+        prg.hash_keys([HashKey::Left, HashKey::Right], &self.seeds, [&mut self.left, &mut self.right]);
+    }
+
+    /// [`DealerTrees::expand`], and the value blocks `H_{VL}(s)`, `H_{VR}(s)` of every seed
+    /// into `values` (a one-word DCF's level): four hashes from one `σ` of each seed.
+    pub fn expand_with_values(&mut self, prg: &Prg, values: [&mut [u128]; 2]) {
+        let [vl, vr] = values;
+        prg.hash_keys(
+            [HashKey::Left, HashKey::Right, HashKey::ValueLeft, HashKey::ValueRight],
+            &self.seeds,
+            [&mut self.left, &mut self.right, vl, vr],
+        );
     }
 
     /// BGI16 level step `i` for every key, whose point has bit `bits(k)` at this level:
@@ -238,6 +249,16 @@ impl DealerTrees {
         let (seeds, t) = (&mut self.seeds[..2 * m], &mut self.t[..2 * m]);
         let (left, right) = (&self.left[..2 * m], &self.right[..2 * m]);
         let (tcw_l, tcw_r) = (&mut self.keys.tcw_left[..m], &mut self.keys.tcw_right[..m]);
+        // This level's correction words: a row of every key's, filled in place.
+        let row = |w: &mut Words| {
+            let v = w.owned_mut();
+            let at = v.len();
+            v.resize(at + m, 0);
+            at
+        };
+        let (at_lo, at_hi) = (row(&mut self.keys.scw_lo), row(&mut self.keys.scw_hi));
+        let scw_lo = &mut self.keys.scw_lo.owned_mut()[at_lo..at_lo + m];
+        let scw_hi = &mut self.keys.scw_hi.owned_mut()[at_hi..at_hi + m];
         for k in 0..m {
             let a = bits(k) & 1;
             let am = (a as u128).wrapping_neg();
@@ -252,8 +273,8 @@ impl DealerTrees {
             let tkeep = (tl ^ ((tl ^ tr) & a)) as u8;
             (seeds[2 * k], t[2 * k]) = correct(keep0, t[2 * k], scw, tkeep);
             (seeds[2 * k + 1], t[2 * k + 1]) = correct(keep1, t[2 * k + 1], scw, tkeep);
-            self.keys.scw_lo.push(scw as u64);
-            self.keys.scw_hi.push((scw >> 64) as u64);
+            scw_lo[k] = scw as u64;
+            scw_hi[k] = (scw >> 64) as u64;
             tcw_l[k] |= tl << i;
             tcw_r[k] |= tr << i;
         }

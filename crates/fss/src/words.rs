@@ -81,6 +81,18 @@ impl Words {
         self.make_owned().extend_from_slice(ws);
     }
 
+    /// The words as an owned vector (shared ones are first copied), for the dealer to fill.
+    #[inline]
+    pub(crate) fn owned_mut(&mut self) -> &mut Vec<u64> {
+        if matches!(self, Words::Shared(_)) {
+            return self.make_owned();
+        }
+        match self {
+            Words::Owned(v) => v,
+            Words::Shared(_) => unreachable!("shared words returned above"),
+        }
+    }
+
     /// (The dealer pushes owned words one by one: copying shared ones is the rare path.)
     #[cold]
     #[inline(never)]
