@@ -136,6 +136,32 @@ impl Walk {
         }
     }
 
+    /// [`Walk::descend_all`] for at most [`CHUNK`] lanes on keys that are not consecutive,
+    /// with their control-bit corrections `tcw` gathered once for every level
+    /// ([`gather_tcw`]): only the level's seed corrections are gathered here.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn descend_gathered<const PARITY: bool>(
+        &mut self,
+        enc: &[Vec<AesBlock>; 2],
+        tree: &TreeKeys,
+        i: u32,
+        key: impl Fn(usize) -> usize,
+        tcw: &GatheredTcw,
+        points: &[u64],
+        shift: u32,
+    ) {
+        let m = points.len();
+        let (sl, sh) = tree.scw_level(i);
+        let [mut l, mut h] = [[0u64; CHUNK]; 2];
+        for (k, (l, h)) in l.iter_mut().zip(&mut h).take(m).enumerate() {
+            let g = key(k);
+            (*l, *h) = (sl[g], sh[g]);
+        }
+        let cw = (&l[..m], &h[..m], &tcw.left[..m], &tcw.right[..m]);
+        self.descend_with::<PARITY>(enc, cw, i, |k| k, 0, points, shift);
+    }
+
     /// [`Walk::descend_all`] for lanes `at..at + points.len()`, which all evaluate key `g`:
     /// the correction words are constants of the loop, which then vectorises (lone points of
     /// one key resuming together, as in a row's comparison at thousands of thresholds).
@@ -203,6 +229,27 @@ impl Walk {
     pub fn buffers(&self) -> [Vec<AesBlock>; 2] {
         [vec![AesBlock::default(); self.sig.len()], vec![AesBlock::default(); self.sig.len()]]
     }
+}
+
+/// The control-bit corrections (every level's, one word per key) of a chunk's lanes,
+/// gathered once for a walk over keys that are not consecutive.
+pub(crate) struct GatheredTcw {
+    left: [u64; CHUNK],
+    right: [u64; CHUNK],
+}
+
+/// Lane `k`'s key `key(k)`'s control-bit corrections for `m ≤ CHUNK` lanes, or `None` when
+/// the keys are consecutive ([`Walk::descend_all`] reads those as slices) or too many.
+pub(crate) fn gather_tcw(tree: &TreeKeys, m: usize, key: impl Fn(usize) -> usize) -> Option<GatheredTcw> {
+    if m == 0 || m > CHUNK || (0..m).all(|k| key(k) == key(0) + k) {
+        return None;
+    }
+    let mut g = GatheredTcw { left: [0; CHUNK], right: [0; CHUNK] };
+    for k in 0..m {
+        let j = key(k);
+        (g.left[k], g.right[k]) = (tree.tcw_left[j], tree.tcw_right[j]);
+    }
+    Some(g)
 }
 
 /// `H_c(s) = AES_{K_c}(σ(s)) ⊕ σ(s)` from both children's AES outputs, with `sel` = 0 for

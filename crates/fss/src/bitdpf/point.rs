@@ -116,11 +116,15 @@ impl BitDpfKeys {
         let prg = Prg::global();
         let mut w = Walk::new(m, |k| self.tree.roots[key(k)], self.party.bit());
         let mut enc = w.buffers();
+        let tcw = walk::gather_tcw(&self.tree, m, &key);
         for i in 0..levels - 1 {
             let shift = n - 1 - i;
             w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
             // Prefix parity (§4): XOR in t where the path turns.
-            w.descend_all::<true>(&enc, &self.tree, i, &key, points, shift);
+            match &tcw {
+                Some(g) => w.descend_gathered::<true>(&enc, &self.tree, i, &key, g, points, shift),
+                None => w.descend_all::<true>(&enc, &self.tree, i, &key, points, shift),
+            }
         }
         // Last level: the hash output, corrected, is the leaf block.
         let shift = n - levels;
