@@ -33,8 +33,8 @@ pub struct AesCtr {
     counter: u128,
 }
 
-/// 64-bit words a [`DealerRng`] generates at a time (32 AES blocks).
-const WORDS: usize = 64;
+/// 64-bit words a [`DealerRng`] generates at a time (16 AES blocks).
+const WORDS: usize = 32;
 
 impl Generator for AesCtr {
     type Output = [u64; WORDS];
@@ -201,7 +201,7 @@ mod tests {
         let mut seed = [0u8; 32];
         seed[31] = 1;
         assert_ne!(DealerRng::from_seed(seed).next_u64(), 0x3b2c_8aef_d44b_e966);
-        // Across a refill (64 words at a time) the stream goes on.
+        // Across refills (32 words at a time) the stream goes on.
         let mut a = DealerRng::seed_from_u64(7);
         let words: Vec<u64> = (0..200).map(|_| a.next_u64()).collect();
         let mut b = DealerRng::seed_from_u64(7);
