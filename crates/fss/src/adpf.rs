@@ -223,7 +223,9 @@ pub fn keygen_with_roots(
         trees.expand(prg);
         trees.step(i, |k| path_bit(alphas[k], d, i));
     }
-    let conv = leaf_words(params, &trees.seeds);
+    let mut seeds = trees.seeds();
+    let conv = leaf_words(params, &seeds);
+    crate::wipe::wipe(&mut seeds);
     let low = mask(params.et_levels);
     let mut fcw = vec![0u64; m * s];
     for (k, f) in fcw.chunks_mut(s).enumerate() {

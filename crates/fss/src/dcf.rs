@@ -174,17 +174,23 @@ pub fn keygen_with_roots(
     let mut trees = DealerTrees::new(roots, n);
     let mut vcw = vec![0u64; n as usize * kw * m];
     let mut acc_v = vec![0u64; m * kw];
-    let mut vin = vec![0u128; 2 * m * nb];
-    let mut vals = [vec![0u128; 2 * m * nb], vec![0u128; 2 * m * nb]];
+    // One-word keys take the low halves of their two value blocks (`one_lo`; the high
+    // halves are hashed along), longer ones their tweaked blocks whole (`vals`).
+    let wide = if kw == 1 { 0 } else { 2 * m * nb };
+    let mut vin = vec![0u128; wide];
+    let mut vals = [vec![0u128; wide], vec![0u128; wide]];
+    let one = if kw == 1 { 2 * m } else { 0 };
+    let (mut one_lo, mut one_hi) = ([vec![0u64; one], vec![0u64; one]], [vec![0u64; one], vec![0u64; one]]);
     let wpb = params.words_per_block();
     for i in 0..n {
         if kw == 1 {
-            let [vl, vr] = &mut vals;
-            trees.expand_with_values(prg, [vl, vr]);
+            let ([l0, l1], [h0, h1]) = (&mut one_lo, &mut one_hi);
+            trees.expand_with_values(prg, [(l0, h0), (l1, h1)]);
         } else {
             trees.expand(prg);
             for (c, v) in vals.iter_mut().enumerate() {
-                for (lane, &s) in trees.seeds.iter().enumerate() {
+                for lane in 0..2 * m {
+                    let s = trees.seed(lane);
                     for j in 0..nb {
                         vin[lane * nb + j] = s ^ value_tweak(c, j, nb) as u128;
                     }
@@ -199,7 +205,7 @@ pub fn keygen_with_roots(
             value_step(
                 &mut vcw[row..row + m],
                 &mut acc_v[j * m..(j + 1) * m],
-                |c, lane| (vals[c][lane * nb + blk] >> shift) as u64,
+                |c, lane| if kw == 1 { one_lo[c][lane] } else { (vals[c][lane * nb + blk] >> shift) as u64 },
                 &trees.t,
                 ell,
                 |k| (path_bit(alphas[k], n, i), betas[k * kw + j]),
@@ -207,7 +213,13 @@ pub fn keygen_with_roots(
         }
         trees.step(i, |k| path_bit(alphas[k], n, i));
     }
-    let conv = leaf_words(params, &trees.seeds);
+    // (The level's hashes are the parties' secrets: wiped as the trees are.)
+    crate::wipe::wipe(&mut vin);
+    vals.iter_mut().for_each(crate::wipe::wipe);
+    one_lo.iter_mut().chain(&mut one_hi).for_each(crate::wipe::wipe);
+    let mut seeds = trees.seeds();
+    let conv = leaf_words(params, &seeds);
+    crate::wipe::wipe(&mut seeds);
     let fcw: Vec<u64> = (0..m * kw)
         .map(|kj| {
             let (k, j) = (kj / kw, kj % kw);

@@ -166,7 +166,7 @@ pub fn keygen_with_roots(
     let conv = |s| params.conversion.apply(s);
     let fcw: Vec<u64> = (0..m)
         .map(|k| {
-            let (s0, s1) = (trees.seeds[2 * k], trees.seeds[2 * k + 1]);
+            let (s0, s1) = (trees.seed(2 * k), trees.seed(2 * k + 1));
             let diff = betas[k].wrapping_sub(conv(s0)).wrapping_add(conv(s1));
             (if trees.t[2 * k + 1] == 1 { diff.wrapping_neg() } else { diff }) & mask(params.out_bits)
         })

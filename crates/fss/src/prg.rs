@@ -134,26 +134,41 @@ impl Prg {
         }
     }
 
-    /// `outs[c][i] = H_{keys[c]}(input[i])` for every key: `σ` computed once for all of
-    /// them (the dealer's level expansion: both children, and a DCF's values too).
+    /// `outs[c] = H_{keys[c]}(x)` for every seed `x` given by its halves `(lo, hi)` and every
+    /// key, as halves: `σ` computed once for all of them (the dealer's level expansion: both
+    /// children, and a DCF's values too).
     ///
     /// # Panics
     /// If the slices differ in length (a caller bug, never input-driven).
-    pub fn hash_keys<const K: usize>(&self, keys: [HashKey; K], input: &[u128], mut outs: [&mut [u128]; K]) {
-        assert!(outs.iter().all(|o| o.len() == input.len()), "hash_keys: length mismatch");
+    pub fn hash_halves<const K: usize>(
+        &self,
+        keys: [HashKey; K],
+        (lo, hi): (&[u64], &[u64]),
+        mut outs: [(&mut [u64], &mut [u64]); K],
+    ) {
+        let n = lo.len();
+        assert!(
+            hi.len() == n && outs.iter().all(|(l, h)| l.len() == n && h.len() == n),
+            "hash_halves: length mismatch"
+        );
         const STEP: usize = 256;
         let mut sig = [AesBlock::default(); STEP];
         let mut enc = [AesBlock::default(); STEP];
-        for (c, inp) in input.chunks(STEP).enumerate() {
-            let (m, at) = (inp.len(), c * STEP);
-            for (d, &x) in sig[..m].iter_mut().zip(inp) {
-                *d = to_block(sigma(x));
+        for at in (0..n).step_by(STEP) {
+            let m = STEP.min(n - at);
+            let (l, h) = (&lo[at..at + m], &hi[at..at + m]);
+            // σ(hi‖lo) = (hi ⊕ lo)‖hi: the block's low half is `hi`, its high half `hi ⊕ lo`.
+            for ((d, &l), &h) in sig[..m].iter_mut().zip(l).zip(h) {
+                *d = half_block(h, h ^ l);
             }
             let padded = pad(m);
-            for (&j, o) in keys.iter().zip(outs.iter_mut()) {
+            for (&j, (ol, oh)) in keys.iter().zip(outs.iter_mut()) {
                 self.encrypt(j, &sig[..padded], &mut enc[..padded]);
-                for (k, o) in o[at..at + m].iter_mut().enumerate() {
-                    *o = from_block(&enc[k]) ^ from_block(&sig[k]);
+                let (ol, oh) = (&mut ol[at..at + m], &mut oh[at..at + m]);
+                for k in 0..m {
+                    let (el, eh) = block_halves(&enc[k]);
+                    ol[k] = el ^ h[k];
+                    oh[k] = eh ^ h[k] ^ l[k];
                 }
             }
         }
@@ -171,6 +186,24 @@ impl Prg {
             .encrypt_blocks_b2b(input, out)
             .expect("encrypt: input and output lengths differ");
     }
+}
+
+/// The block with low half `lo` and high half `hi` (little-endian).
+#[inline(always)]
+fn half_block(lo: u64, hi: u64) -> AesBlock {
+    let mut b = AesBlock::default();
+    b[..8].copy_from_slice(&lo.to_le_bytes());
+    b[8..].copy_from_slice(&hi.to_le_bytes());
+    b
+}
+
+/// A block's low and high halves.
+#[inline(always)]
+fn block_halves(b: &AesBlock) -> (u64, u64) {
+    (
+        u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
+        u64::from_le_bytes(b[8..].try_into().expect("8 bytes")),
+    )
 }
 
 /// The linear orthomorphism σ(hi‖lo) = (hi ⊕ lo)‖hi of the σ-MMO construction.

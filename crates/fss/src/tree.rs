@@ -179,19 +179,27 @@ pub(crate) fn correct(a: u128, t: u8, scw: u128, tcw: u8) -> (u128, u8) {
 /// The dealer's side of a batch of trees, walked level by level in lockstep. Lane `2k + b`
 /// holds party `b`'s seed for key `k`.
 pub(crate) struct DealerTrees {
-    pub seeds: Vec<u128>,
+    /// Both parties' seeds, lane `2k + b` party `b`'s of key `k`: low and high halves (as
+    /// separate arrays, so that the level step runs on plain 64-bit lanes).
+    seed_lo: Vec<u64>,
+    seed_hi: Vec<u64>,
     pub t: Vec<u8>,
-    /// `H_0(seed)` of every lane after [`DealerTrees::expand`].
-    pub left: Vec<u128>,
-    /// `H_1(seed)` of every lane after [`DealerTrees::expand`].
-    pub right: Vec<u128>,
+    /// `H_0(seed)` of every lane after [`DealerTrees::expand`] (halves).
+    left_lo: Vec<u64>,
+    left_hi: Vec<u64>,
+    /// `H_1(seed)` of every lane after [`DealerTrees::expand`] (halves).
+    right_lo: Vec<u64>,
+    right_hi: Vec<u64>,
     /// The correction words dealt so far (party 0's roots).
     pub keys: TreeKeys,
     roots1: Vec<u128>,
 }
 
 // Both parties' seeds at every level: wiped like the keys they are dealt into.
-crate::wipe_on_drop!(DealerTrees { wipe: [seeds, t, left, right, roots1], zeroize: [keys] });
+crate::wipe_on_drop!(DealerTrees {
+    wipe: [seed_lo, seed_hi, t, left_lo, left_hi, right_lo, right_hi, roots1],
+    zeroize: [keys],
+});
 
 impl DealerTrees {
     /// Start from root seeds `roots[2k + b]` (their control bits are cleared here), for
@@ -206,14 +214,42 @@ impl DealerTrees {
         let roots1 = roots.iter().skip(1).step_by(2).copied().collect();
         keys.tcw_left.resize(lanes / 2, 0);
         keys.tcw_right.resize(lanes / 2, 0);
-        DealerTrees {
+        let trees = DealerTrees {
+            seed_lo: roots.iter().map(|&r| r as u64).collect(),
+            seed_hi: roots.iter().map(|&r| (r >> 64) as u64).collect(),
             t: (0..lanes).map(|i| (i & 1) as u8).collect(),
-            seeds: roots,
-            left: vec![0; lanes],
-            right: vec![0; lanes],
+            left_lo: vec![0; lanes],
+            left_hi: vec![0; lanes],
+            right_lo: vec![0; lanes],
+            right_hi: vec![0; lanes],
             keys,
             roots1,
-        }
+        };
+        crate::wipe::wipe(&mut roots);
+        trees
+    }
+
+    /// Lane `lane`'s seed.
+    #[inline]
+    pub fn seed(&self, lane: usize) -> u128 {
+        self.seed_lo[lane] as u128 | (self.seed_hi[lane] as u128) << 64
+    }
+
+    /// Every lane's seed (secret: the caller wipes it).
+    pub fn seeds(&self) -> Vec<u128> {
+        (0..self.seed_lo.len()).map(|j| self.seed(j)).collect()
+    }
+
+    /// Lane `lane`'s left child `H_0(seed)` after [`DealerTrees::expand`].
+    #[inline]
+    pub fn left(&self, lane: usize) -> u128 {
+        self.left_lo[lane] as u128 | (self.left_hi[lane] as u128) << 64
+    }
+
+    /// Lane `lane`'s right child `H_1(seed)` after [`DealerTrees::expand`].
+    #[inline]
+    pub fn right(&self, lane: usize) -> u128 {
+        self.right_lo[lane] as u128 | (self.right_hi[lane] as u128) << 64
     }
 
     /// Both parties' tree material (the correction words are common, the roots differ):
@@ -225,17 +261,21 @@ impl DealerTrees {
 
     /// Hash every seed into both children (`4` AES per key per level).
     pub fn expand(&mut self, prg: &Prg) {
-        prg.hash_keys([HashKey::Left, HashKey::Right], &self.seeds, [&mut self.left, &mut self.right]);
+        prg.hash_halves(
+            [HashKey::Left, HashKey::Right],
+            (&self.seed_lo, &self.seed_hi),
+            [(&mut self.left_lo, &mut self.left_hi), (&mut self.right_lo, &mut self.right_hi)],
+        );
     }
 
     /// [`DealerTrees::expand`], and the value blocks `H_{VL}(s)`, `H_{VR}(s)` of every seed
-    /// into `values` (a one-word DCF's level): four hashes from one `σ` of each seed.
-    pub fn expand_with_values(&mut self, prg: &Prg, values: [&mut [u128]; 2]) {
+    /// into `values` (halves; a one-word DCF's level): four hashes from one `σ` of each seed.
+    pub fn expand_with_values(&mut self, prg: &Prg, values: [(&mut [u64], &mut [u64]); 2]) {
         let [vl, vr] = values;
-        prg.hash_keys(
+        prg.hash_halves(
             [HashKey::Left, HashKey::Right, HashKey::ValueLeft, HashKey::ValueRight],
-            &self.seeds,
-            [&mut self.left, &mut self.right, vl, vr],
+            (&self.seed_lo, &self.seed_hi),
+            [(&mut self.left_lo, &mut self.left_hi), (&mut self.right_lo, &mut self.right_hi), vl, vr],
         );
     }
 
@@ -243,11 +283,12 @@ impl DealerTrees {
     /// computes the correction words from the expanded children, records them, and moves both
     /// parties to the kept child.
     pub fn step(&mut self, i: u32, bits: impl Fn(usize) -> u64) {
-        // Branch-free: the point bits are random, so a branch per key was mispredicted about
-        // every other key.
-        let m = self.seeds.len() / 2;
-        let (seeds, t) = (&mut self.seeds[..2 * m], &mut self.t[..2 * m]);
-        let (left, right) = (&self.left[..2 * m], &self.right[..2 * m]);
+        // Branch-free on 64-bit halves: the point bits are random (a branch per key was
+        // mispredicted about every other key).
+        let m = self.seed_lo.len() / 2;
+        let (slo, shi, t) = (&mut self.seed_lo[..2 * m], &mut self.seed_hi[..2 * m], &mut self.t[..2 * m]);
+        let (llo, lhi) = (&self.left_lo[..2 * m], &self.left_hi[..2 * m]);
+        let (rlo, rhi) = (&self.right_lo[..2 * m], &self.right_hi[..2 * m]);
         let (tcw_l, tcw_r) = (&mut self.keys.tcw_left[..m], &mut self.keys.tcw_right[..m]);
         // This level's correction words: a row of every key's, filled in place.
         let row = |w: &mut Words| {
@@ -261,20 +302,28 @@ impl DealerTrees {
         let scw_hi = &mut self.keys.scw_hi.owned_mut()[at_hi..at_hi + m];
         for k in 0..m {
             let a = bits(k) & 1;
-            let am = (a as u128).wrapping_neg();
-            let (l0, l1) = (left[2 * k], left[2 * k + 1]);
-            let (r0, r1) = (right[2 * k], right[2 * k + 1]);
+            let am = a.wrapping_neg();
+            let (j0, j1) = (2 * k, 2 * k + 1);
             // The kept child is the point's; the other is corrected to agree.
-            let (keep0, keep1) = (l0 ^ ((l0 ^ r0) & am), l1 ^ ((l1 ^ r1) & am));
-            let (lose0, lose1) = (l0 ^ r0 ^ keep0, l1 ^ r1 ^ keep1);
-            let scw = (lose0 ^ lose1) & SEED_MASK;
-            let tl = ((l0 ^ l1) as u64 & 1) ^ a ^ 1;
-            let tr = ((r0 ^ r1) as u64 & 1) ^ a;
-            let tkeep = (tl ^ ((tl ^ tr) & a)) as u8;
-            (seeds[2 * k], t[2 * k]) = correct(keep0, t[2 * k], scw, tkeep);
-            (seeds[2 * k + 1], t[2 * k + 1]) = correct(keep1, t[2 * k + 1], scw, tkeep);
-            scw_lo[k] = scw as u64;
-            scw_hi[k] = (scw >> 64) as u64;
+            let pick = |l: u64, r: u64| l ^ ((l ^ r) & am);
+            let (k0l, k0h) = (pick(llo[j0], rlo[j0]), pick(lhi[j0], rhi[j0]));
+            let (k1l, k1h) = (pick(llo[j1], rlo[j1]), pick(lhi[j1], rhi[j1]));
+            // The lost children are the others: `l ⊕ r ⊕ kept`.
+            let cl = (llo[j0] ^ rlo[j0] ^ k0l) ^ (llo[j1] ^ rlo[j1] ^ k1l);
+            let ch = (lhi[j0] ^ rhi[j0] ^ k0h) ^ (lhi[j1] ^ rhi[j1] ^ k1h);
+            let cl = cl & !1;
+            let tl = ((llo[j0] ^ llo[j1]) & 1) ^ a ^ 1;
+            let tr = ((rlo[j0] ^ rlo[j1]) & 1) ^ a;
+            let tkeep = tl ^ ((tl ^ tr) & a);
+            // `correct`: the kept seed, XORed with the correction where the control bit is 1.
+            let (t0, t1) = (t[j0] as u64, t[j1] as u64);
+            let (m0, m1) = (t0.wrapping_neg(), t1.wrapping_neg());
+            (slo[j0], shi[j0]) = ((k0l & !1) ^ (cl & m0), k0h ^ (ch & m0));
+            (slo[j1], shi[j1]) = ((k1l & !1) ^ (cl & m1), k1h ^ (ch & m1));
+            t[j0] = ((k0l & 1) ^ (t0 & tkeep)) as u8;
+            t[j1] = ((k1l & 1) ^ (t1 & tkeep)) as u8;
+            scw_lo[k] = cl;
+            scw_hi[k] = ch;
             tcw_l[k] |= tl << i;
             tcw_r[k] |= tr << i;
         }

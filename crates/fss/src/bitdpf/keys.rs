@@ -146,7 +146,7 @@ pub fn keygen<R: CryptoRng + ?Sized>(
         .map(|k| {
             let a = path_bit(alphas[k], n, levels - 1) as usize;
             let mut cw =
-                [trees.left[2 * k] ^ trees.left[2 * k + 1], trees.right[2 * k] ^ trees.right[2 * k + 1]];
+                [trees.left(2 * k) ^ trees.left(2 * k + 1), trees.right(2 * k) ^ trees.right(2 * k + 1)];
             cw[a] ^= 1u128 << (alphas[k] & 127);
             cw
         })
