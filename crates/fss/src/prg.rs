@@ -159,14 +159,14 @@ impl Prg {
             let (l, h) = (&lo[at..at + m], &hi[at..at + m]);
             // σ(hi‖lo) = (hi ⊕ lo)‖hi: the block's low half is `hi`, its high half `hi ⊕ lo`.
             for ((d, &l), &h) in sig[..m].iter_mut().zip(l).zip(h) {
-                *d = half_block(h, h ^ l);
+                *d = block(h, h ^ l);
             }
             let padded = pad(m);
             for (&j, (ol, oh)) in keys.iter().zip(outs.iter_mut()) {
                 self.encrypt(j, &sig[..padded], &mut enc[..padded]);
                 let (ol, oh) = (&mut ol[at..at + m], &mut oh[at..at + m]);
                 for k in 0..m {
-                    let (el, eh) = block_halves(&enc[k]);
+                    let (el, eh) = halves(&enc[k]);
                     ol[k] = el ^ h[k];
                     oh[k] = eh ^ h[k] ^ l[k];
                 }
@@ -188,22 +188,22 @@ impl Prg {
     }
 }
 
-/// The block with low half `lo` and high half `hi` (little-endian).
+/// The low and high halves of an AES block (little-endian).
 #[inline(always)]
-fn half_block(lo: u64, hi: u64) -> AesBlock {
-    let mut b = AesBlock::default();
-    b[..8].copy_from_slice(&lo.to_le_bytes());
-    b[8..].copy_from_slice(&hi.to_le_bytes());
-    b
-}
-
-/// A block's low and high halves.
-#[inline(always)]
-fn block_halves(b: &AesBlock) -> (u64, u64) {
+pub(crate) fn halves(b: &AesBlock) -> (u64, u64) {
     (
         u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
         u64::from_le_bytes(b[8..].try_into().expect("8 bytes")),
     )
+}
+
+/// The block with halves `lo`, `hi`.
+#[inline(always)]
+pub(crate) fn block(lo: u64, hi: u64) -> AesBlock {
+    let mut b = AesBlock::default();
+    b[..8].copy_from_slice(&lo.to_le_bytes());
+    b[8..].copy_from_slice(&hi.to_le_bytes());
+    b
 }
 
 /// The linear orthomorphism σ(hi‖lo) = (hi ⊕ lo)‖hi of the σ-MMO construction.

@@ -291,15 +291,7 @@ impl DealerTrees {
         let (rlo, rhi) = (&self.right_lo[..2 * m], &self.right_hi[..2 * m]);
         let (tcw_l, tcw_r) = (&mut self.keys.tcw_left[..m], &mut self.keys.tcw_right[..m]);
         // This level's correction words: a row of every key's, filled in place.
-        let row = |w: &mut Words| {
-            let v = w.owned_mut();
-            let at = v.len();
-            v.resize(at + m, 0);
-            at
-        };
-        let (at_lo, at_hi) = (row(&mut self.keys.scw_lo), row(&mut self.keys.scw_hi));
-        let scw_lo = &mut self.keys.scw_lo.owned_mut()[at_lo..at_lo + m];
-        let scw_hi = &mut self.keys.scw_hi.owned_mut()[at_hi..at_hi + m];
+        let (scw_lo, scw_hi) = (new_row(&mut self.keys.scw_lo, m), new_row(&mut self.keys.scw_hi, m));
         for k in 0..m {
             let a = bits(k) & 1;
             let am = a.wrapping_neg();
@@ -328,6 +320,14 @@ impl DealerTrees {
             tcw_r[k] |= tr << i;
         }
     }
+}
+
+/// `m` more (zero) words at the end of `w`, as a slice to fill.
+fn new_row(w: &mut Words, m: usize) -> &mut [u64] {
+    let v = w.owned_mut();
+    let at = v.len();
+    v.resize(at + m, 0);
+    &mut v[at..]
 }
 
 /// Bit `i` (MSB first) of an `n`-bit point.

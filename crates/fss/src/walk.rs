@@ -22,22 +22,7 @@ use crate::tree::TreeKeys;
 /// long enough to run at full speed.
 pub const CHUNK: usize = 256;
 
-/// The low and high halves of an AES block.
-#[inline(always)]
-pub(crate) fn halves(b: &AesBlock) -> (u64, u64) {
-    let lo = u64::from_le_bytes(b.0[..8].try_into().expect("8 bytes"));
-    let hi = u64::from_le_bytes(b.0[8..].try_into().expect("8 bytes"));
-    (lo, hi)
-}
-
-/// The block with halves `lo`, `hi`.
-#[inline(always)]
-pub(crate) fn block(lo: u64, hi: u64) -> AesBlock {
-    let mut b = [0u8; 16];
-    b[..8].copy_from_slice(&lo.to_le_bytes());
-    b[8..].copy_from_slice(&hi.to_le_bytes());
-    b.into()
-}
+pub(crate) use crate::prg::{block, halves};
 
 /// A chunk of lanes walking down their trees: seed halves and control bits (as masks).
 pub(crate) struct Walk {
@@ -119,18 +104,11 @@ impl Walk {
             let f = key(0);
             let cw = (&sl[f..f + m], &sh[f..f + m], &tl[f..f + m], &tr[f..f + m]);
             self.descend_with::<PARITY>(enc, cw, i, |k| k, 0, points, shift);
-        } else if m <= CHUNK {
+        } else if let Some(tcw) = gather_tcw(tree, m, &key) {
             // Other keys: their correction words gathered first, so that the descent reads
             // slices and vectorises (the lookups inside the loop kept it scalar; bench
             // `eval/dpf_lt_indexed`, CHANGELOG.md).
-            let [mut l, mut h, mut a, mut b] = [[0u64; CHUNK]; 4];
-            let lanes = l.iter_mut().zip(&mut h).zip(a.iter_mut().zip(&mut b)).take(m);
-            for (k, ((l, h), (a, b))) in lanes.enumerate() {
-                let g = key(k);
-                (*l, *h, *a, *b) = (sl[g], sh[g], tl[g], tr[g]);
-            }
-            let cw = (&l[..m], &h[..m], &a[..m], &b[..m]);
-            self.descend_with::<PARITY>(enc, cw, i, |k| k, 0, points, shift);
+            self.descend_gathered::<PARITY>(enc, tree, i, key, &tcw, points, shift);
         } else {
             self.descend_with::<PARITY>(enc, (sl, sh, tl, tr), i, key, 0, points, shift);
         }

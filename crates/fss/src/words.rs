@@ -70,15 +70,12 @@ impl Words {
     /// Append a word (owned words; shared ones are first copied).
     #[inline]
     pub fn push(&mut self, w: u64) {
-        match self {
-            Words::Owned(v) => v.push(w),
-            Words::Shared(_) => self.make_owned().push(w),
-        }
+        self.owned_mut().push(w);
     }
 
     /// Append words (owned words; shared ones are first copied).
     pub fn extend_from_slice(&mut self, ws: &[u64]) {
-        self.make_owned().extend_from_slice(ws);
+        self.owned_mut().extend_from_slice(ws);
     }
 
     /// The words as an owned vector (shared ones are first copied), for the dealer to fill.
