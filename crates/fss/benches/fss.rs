@@ -167,7 +167,7 @@ fn bench_codec(c: &mut Criterion) {
     g.bench_function("write_split_share_run_37_bits", |b| {
         // As the seeded encoding writes party 1's key: the other party's words recorded,
         // then a split writer over them (half of the words stored).
-        let mut rec = BitWriter::recording_shares();
+        let mut rec = BitWriter::recording_shares(37 * WORDS as u64 / 2, true);
         rec.put_share_run(37, WORDS, |i| vals[i] ^ 5);
         let other = rec.into_shares();
         b.iter(|| {

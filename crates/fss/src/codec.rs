@@ -74,31 +74,131 @@ enum SideSink {
     Region { at: usize, end: usize },
 }
 
-/// A key written with its share words split ([`BitWriter::split`]).
-struct Split {
-    /// The other party's share words ([`BitWriter::recording_shares`]) and where we are.
-    other: Vec<u8>,
-    other_pos: u64,
-    pad: PadStream,
+/// Where a split key's share words have reached relative to its split point, for the
+/// writer of party 0's key (`seeded_below`) or party 1's ([`BitWriter::split`]).
+#[derive(Clone, Copy)]
+struct Sides {
     /// Share bits before the current word.
     offset: u64,
     split: u64,
-    /// Whether this party's words that start before `split` are the pad (party 0's are).
+    /// Whether the party's words that start before `split` are its pad (party 0's are).
     seeded_below: bool,
-    /// This party's own share words, kept for the other party's writer (if `keep_own`).
-    own: BitWriter,
-    keep_own: bool,
 }
 
-impl Split {
-    /// From the current word on, how many of the next `count ≤` words of `bits` bits lie on
-    /// its side of the split (words that start before it, or from it on), and whether this
-    /// writer stores them (the other side's are this party's pad words).
+impl Sides {
+    /// From the current word on, how many of the next `count ≥ 1` words of `bits` bits lie
+    /// on its side of the split (words that start before it, or from it on), and whether the
+    /// party's key stores them (the other side's are its pad words); passes over them.
     #[inline]
-    fn segment(&self, bits: u32, count: usize) -> (usize, bool) {
+    fn next_segment(&mut self, bits: u32, count: usize) -> (usize, bool) {
         let below = self.offset < self.split;
-        (side_run(self.offset, self.split, bits, count), below != self.seeded_below)
+        let k = side_run(self.offset, self.split, bits, count);
+        self.offset += k as u64 * bits as u64;
+        (k, below != self.seeded_below)
     }
+}
+
+/// Share words of one party's key kept for the writer of the other party's key
+/// ([`BitWriter::recording_shares`], [`BitWriter::finish_split`]): only the words that the
+/// other key stores, in the order written, unpacked (words of 2..=64 bits one to an entry,
+/// one-bit words 64 to an entry), so that the other writer takes them without a second
+/// pass over a bit stream. Wiped when dropped. (Its `Debug` shows only lengths.)
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct RecordedShares {
+    words: Vec<u64>,
+    bits: Vec<u64>,
+    bit_len: usize,
+    /// Where the other writer has read to (words, bits).
+    word_at: usize,
+    bit_at: usize,
+}
+
+impl std::fmt::Debug for RecordedShares {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RecordedShares({} words, {} one-bit words)", self.words.len(), self.bit_len)
+    }
+}
+
+impl Drop for RecordedShares {
+    fn drop(&mut self) {
+        self.words.zeroize();
+        self.bits.zeroize();
+    }
+}
+
+impl RecordedShares {
+    /// Keep words `word(0..count)` of `bits` (1..=64) bits.
+    #[inline]
+    fn record_run(&mut self, bits: u32, count: usize, mut word: impl FnMut(usize) -> u64) {
+        if bits > 1 {
+            self.words.extend((0..count).map(word));
+            return;
+        }
+        for at in (0..count).step_by(64) {
+            let k = (count - at).min(64);
+            let v = (0..k).fold(0, |v, q| v | (word(at + q) & 1) << q);
+            self.push_bits(v, k as u32);
+        }
+    }
+
+    /// Keep `k ≤ 64` one-bit words, the low bits of `v`.
+    fn push_bits(&mut self, v: u64, k: u32) {
+        let need = (self.bit_len + k as usize).div_ceil(64);
+        if self.bits.len() < need {
+            self.bits.resize(need, 0);
+        }
+        place_bits(&mut self.bits, self.bit_len, v, k);
+        self.bit_len += k as usize;
+    }
+
+    /// The next `k` (1..=64) one-bit words, as the low bits of a word. (Kept words are a
+    /// dealer-side invariant, not input: both keys of a gate come from one shape, so they
+    /// have the same share words.)
+    fn next_bits(&mut self, k: u32) -> u64 {
+        assert!(self.bit_at + k as usize <= self.bit_len, "both keys of a gate have the same share words");
+        let v = bits_at(&self.bits, self.bit_at, k);
+        self.bit_at += k as usize;
+        v
+    }
+
+    /// The next `count` words of 2..=64 bits.
+    fn next_words(&mut self, count: usize) -> &[u64] {
+        let at = self.word_at;
+        self.word_at += count;
+        self.words.get(at..at + count).expect("both keys of a gate have the same share words")
+    }
+
+    /// The next `count` words of `bits` (1..=64) bits: a slice of the kept words, or one-bit
+    /// words unpacked into `ones`.
+    fn next_run<'a>(&'a mut self, bits: u32, count: usize, ones: &'a mut Vec<u64>) -> &'a [u64] {
+        if bits > 1 {
+            return self.next_words(count);
+        }
+        ones.clear();
+        for at in (0..count).step_by(64) {
+            let k = (count - at).min(64);
+            let v = self.next_bits(k as u32);
+            ones.extend((0..k).map(|q| (v >> q) & 1));
+        }
+        ones
+    }
+}
+
+/// A [`BitWriter::recording_shares`] writer's words.
+struct Recorder {
+    rec: RecordedShares,
+    sides: Sides,
+}
+
+/// A key written with its share words split ([`BitWriter::split`]).
+struct Split {
+    /// The other party's words that this key stores.
+    other: RecordedShares,
+    pad: PadStream,
+    sides: Sides,
+    /// This party's words that the other key stores, kept for its writer (unless
+    /// [`BitWriter::discarding_own`]).
+    own: Option<RecordedShares>,
 }
 
 /// Of `count` words of `bits` bits from share bit `offset` on, how many lie on the first
@@ -145,28 +245,6 @@ fn place_bits(words: &mut [u64], at: usize, v: u64, k: u32) {
     }
 }
 
-/// The field of `bits ≤ 64` bits at bit `pos` of `data`, which holds it (a dealer-side
-/// invariant, not input: both keys of a gate come from one shape, so they have the same
-/// share words).
-#[inline]
-fn read_field(data: &[u8], pos: u64, bits: u32) -> u64 {
-    let first = (pos / 8) as usize;
-    let w = match data.get(first..first + 16) {
-        Some(w) => u128::from_le_bytes(w.try_into().expect("16 bytes")),
-        None => {
-            let mut w = [0u8; 16];
-            let tail = &data[first.min(data.len())..];
-            w[..tail.len().min(16)].copy_from_slice(&tail[..tail.len().min(16)]);
-            u128::from_le_bytes(w)
-        }
-    };
-    debug_assert!(
-        pos + bits as u64 <= data.len() as u64 * 8,
-        "both keys of a gate have the same share words"
-    );
-    (w >> (pos % 8)) as u64 & mask(bits)
-}
-
 /// Where a writer's share words go.
 #[derive(Default)]
 enum ShareSink {
@@ -174,9 +252,10 @@ enum ShareSink {
     #[default]
     Inline,
     /// Only counted: share bits so far, and those of words that start before `split`.
-    Count { offset: u64, split: u64, below: u64 },
-    /// Out of the stream, into a second writer.
-    Record(Box<BitWriter>),
+    /// `words`: words of 2..=64 bits that start before `split`, and from it on.
+    Count { offset: u64, split: u64, below: u64, words: [u64; 2] },
+    /// Out of the stream, kept for the other party's split writer.
+    Record(Box<Recorder>),
     /// Split between the stream and a pad.
     Split(Box<Split>),
 }
@@ -192,10 +271,12 @@ impl BitWriter {
         BitWriter { buf: prefix, ..BitWriter::default() }
     }
 
-    /// A writer that keeps only the share words (of a key whose words the other party's
-    /// [`BitWriter::split`] writer needs): [`BitWriter::into_shares`].
-    pub fn recording_shares() -> BitWriter {
-        BitWriter { shares: ShareSink::Record(Box::default()), dropped: Some(0), ..BitWriter::default() }
+    /// A writer that keeps only share words: those that the split writer of the other
+    /// party's key, [`BitWriter::split`] at `split` with `seeded_below`, stores
+    /// ([`BitWriter::into_shares`]).
+    pub fn recording_shares(split: u64, seeded_below: bool) -> BitWriter {
+        let r = Recorder { rec: RecordedShares::default(), sides: Sides { offset: 0, split, seeded_below } };
+        BitWriter { shares: ShareSink::Record(Box::new(r)), dropped: Some(0), ..BitWriter::default() }
     }
 
     /// Whether this writer keeps only share words ([`BitWriter::recording_shares`]): key
@@ -204,11 +285,11 @@ impl BitWriter {
         matches!(self.shares, ShareSink::Record(_))
     }
 
-    /// The share words a [`BitWriter::recording_shares`] writer kept (empty for others).
-    pub fn into_shares(self) -> Vec<u8> {
+    /// The share words a [`BitWriter::recording_shares`] writer kept (none for others).
+    pub fn into_shares(self) -> RecordedShares {
         match self.shares {
-            ShareSink::Record(w) => w.finish(),
-            _ => vec![],
+            ShareSink::Record(r) => r.rec,
+            _ => RecordedShares::default(),
         }
     }
 
@@ -219,16 +300,12 @@ impl BitWriter {
     /// what [`BitWriter::into_shares`] or [`BitWriter::finish_split`] kept) and `p` the
     /// other party's pad at the word (`pad`: the word at share bit `o` of width `w` is the
     /// pad's bits `o..o + w`). Each pair of words still adds up to the dealer's value.
-    pub fn split(other: Vec<u8>, pad: PadStream, split: u64, seeded_below: bool) -> BitWriter {
+    pub fn split(other: RecordedShares, pad: PadStream, split: u64, seeded_below: bool) -> BitWriter {
         let s = Split {
             other,
-            other_pos: 0,
             pad,
-            offset: 0,
-            split,
-            seeded_below,
-            own: BitWriter::default(),
-            keep_own: true,
+            sides: Sides { offset: 0, split, seeded_below },
+            own: Some(RecordedShares::default()),
         };
         BitWriter { shares: ShareSink::Split(Box::new(s)), ..BitWriter::default() }
     }
@@ -237,7 +314,7 @@ impl BitWriter {
     /// second key of a pair: [`BitWriter::finish_split`] then returns none).
     pub fn discarding_own(mut self) -> BitWriter {
         if let ShareSink::Split(a) = &mut self.shares {
-            a.keep_own = false;
+            a.own = None;
         }
         self
     }
@@ -248,61 +325,60 @@ impl BitWriter {
     #[inline]
     pub fn put_share_run(&mut self, bits: u32, count: usize, mut word: impl FnMut(usize) -> u64) {
         debug_assert!(bits <= 64);
+        if bits == 0 {
+            return;
+        }
         match &mut self.shares {
             ShareSink::Inline => self.put_run(bits, count, word),
-            ShareSink::Count { offset, split, below } => {
-                if *offset < *split {
-                    *below += side_run(*offset, *split, bits, count) as u64 * bits as u64;
+            ShareSink::Count { offset, split, below, words } => {
+                let k = if *offset < *split { side_run(*offset, *split, bits, count) } else { 0 };
+                *below += k as u64 * bits as u64;
+                if bits > 1 {
+                    words[0] += k as u64;
+                    words[1] += (count - k) as u64;
                 }
                 *offset += count as u64 * bits as u64;
             }
-            ShareSink::Record(w) => w.put_share_run(bits, count, word),
-            ShareSink::Split(_) => {
-                let ShareSink::Split(mut a) = std::mem::take(&mut self.shares) else { unreachable!() };
+            ShareSink::Record(r) => {
                 let mut i = 0;
                 while i < count {
-                    let (k, stored) = a.segment(bits, count - i);
+                    let (k, stored) = r.sides.next_segment(bits, count - i);
                     if stored {
-                        // A chunk at a time: this party's words, the other's, and the other's
-                        // pad, each read in bulk, then both streams written in bulk.
-                        let (mut vals, mut others, mut pads) = (vec![], vec![], vec![]);
+                        r.rec.record_run(bits, k, |q| word(i + q));
+                    }
+                    i += k;
+                }
+            }
+            ShareSink::Split(_) => {
+                let ShareSink::Split(mut a) = std::mem::take(&mut self.shares) else { unreachable!() };
+                let (mut ones, mut pads) = (vec![], vec![]);
+                let mut i = 0;
+                while i < count {
+                    let (k, stored) = a.sides.next_segment(bits, count - i);
+                    if stored {
+                        // A chunk at a time: the other party's words as kept, its pad in bulk.
                         let mut j = i;
                         while j < i + k {
                             let c = (i + k - j).min(SPLIT_CHUNK);
-                            vals.clear();
-                            vals.extend((j..j + c).map(&mut word));
-                            others.clear();
-                            let got = read_fields(&a.other, a.other_pos, bits, c, &mut others, |x| x);
-                            for q in got..c {
-                                others.push(read_field(
-                                    &a.other,
-                                    a.other_pos + (q * bits as usize) as u64,
-                                    bits,
-                                ));
-                            }
-                            a.other_pos += (c * bits as usize) as u64;
                             pads.clear();
                             a.pad.take_run(bits, c, &mut pads, |x| x);
-                            if a.keep_own {
-                                a.own.put_run(bits, c, |q| vals[q]);
-                            }
-                            self.put_run(bits, c, |q| vals[q].wrapping_add(others[q]).wrapping_sub(pads[q]));
+                            let others = a.other.next_run(bits, c, &mut ones);
+                            self.put_run(bits, c, |q| {
+                                word(j + q).wrapping_add(others[q]).wrapping_sub(pads[q])
+                            });
                             j += c;
                         }
-                        vals.zeroize();
-                        others.zeroize();
-                        pads.zeroize();
                     } else {
-                        // The pad's own words: nothing stored, the other party's pad passed over.
-                        if a.keep_own {
-                            a.own.put_run(bits, k, |q| word(i + q));
+                        // This party's pad words: nothing stored, the other party's pad passed over.
+                        if let Some(own) = &mut a.own {
+                            own.record_run(bits, k, |q| word(i + q));
                         }
-                        a.other_pos += (k * bits as usize) as u64;
-                        a.pad.skip((k * bits as usize) as u64);
+                        a.pad.skip(k as u64 * bits as u64);
                     }
-                    a.offset += (k * bits as usize) as u64;
                     i += k;
                 }
+                ones.zeroize();
+                pads.zeroize();
                 self.shares = ShareSink::Split(a);
             }
         }
@@ -319,30 +395,38 @@ impl BitWriter {
                     self.put(words[count / 64], (count % 64) as u32);
                 }
             }
-            ShareSink::Record(w) => w.put_share_bits(count, words),
             ShareSink::Count { .. } => self.put_share_run(1, count, |_| 0),
+            ShareSink::Record(r) => {
+                let mut i = 0;
+                while i < count {
+                    let (seg, stored) = r.sides.next_segment(1, count - i);
+                    if stored {
+                        for j in (i..i + seg).step_by(64) {
+                            let k = (i + seg - j).min(64) as u32;
+                            r.rec.push_bits(bits_at(words, j, k), k);
+                        }
+                    }
+                    i += seg;
+                }
+            }
             ShareSink::Split(_) => {
                 let ShareSink::Split(mut a) = std::mem::take(&mut self.shares) else { unreachable!() };
                 let mut i = 0;
                 while i < count {
-                    let (seg, stored) = a.segment(1, count - i);
-                    let mut j = i;
-                    while j < i + seg {
+                    let (seg, stored) = a.sides.next_segment(1, count - i);
+                    for j in (i..i + seg).step_by(64) {
                         let k = (i + seg - j).min(64) as u32;
                         let v = bits_at(words, j, k);
-                        if a.keep_own {
-                            a.own.put(v, k);
-                        }
                         if stored {
-                            let s = read_field(&a.other, a.other_pos, k);
+                            let s = a.other.next_bits(k);
                             self.put(v ^ s ^ a.pad.take(k), k);
-                        } else {
-                            a.pad.skip(k as u64);
+                        } else if let Some(own) = &mut a.own {
+                            own.push_bits(v, k);
                         }
-                        a.other_pos += k as u64;
-                        j += k as usize;
                     }
-                    a.offset += seg as u64;
+                    if !stored {
+                        a.pad.skip(seg as u64);
+                    }
                     i += seg;
                 }
                 self.shares = ShareSink::Split(a);
@@ -354,31 +438,37 @@ impl BitWriter {
     /// an XOR share) of a value the dealer split between the parties.
     #[inline]
     pub fn put_share(&mut self, v: u64, bits: u32) {
+        if bits == 0 {
+            return;
+        }
         let v = match &mut self.shares {
             ShareSink::Inline => v,
-            ShareSink::Count { offset, split, below } => {
+            ShareSink::Count { offset, split, below, words } => {
                 if *offset < *split {
                     *below += bits as u64;
+                }
+                if bits > 1 {
+                    words[(*offset >= *split) as usize] += 1;
                 }
                 *offset += bits as u64;
                 return;
             }
-            ShareSink::Record(w) => return w.put(v, bits),
-            ShareSink::Split(a) => {
-                // (A dealer-side invariant, not input: both keys of a gate come from one
-                // shape, so they have the same share words.)
-                let s = read_field(&a.other, a.other_pos, bits);
-                a.other_pos += bits as u64;
-                if a.keep_own {
-                    a.own.put(v, bits);
+            ShareSink::Record(r) => {
+                if r.sides.next_segment(bits, 1).1 {
+                    r.rec.record_run(bits, 1, |_| v);
                 }
-                let p = a.pad.take(bits);
-                let below = a.offset < a.split;
-                a.offset += bits as u64;
-                if below == a.seeded_below {
+                return;
+            }
+            ShareSink::Split(a) => {
+                if !a.sides.next_segment(bits, 1).1 {
+                    if let Some(own) = &mut a.own {
+                        own.record_run(bits, 1, |_| v);
+                    }
+                    a.pad.skip(bits as u64);
                     return;
                 }
-                v.wrapping_add(s).wrapping_sub(p)
+                let s = if bits == 1 { a.other.next_bits(1) } else { a.other.next_words(1)[0] };
+                v.wrapping_add(s).wrapping_sub(a.pad.take(bits))
             }
         };
         self.put(v, bits);
@@ -401,12 +491,36 @@ impl BitWriter {
         }
     }
 
+    /// Share words of 2..=64 bits counted so far that start before the split, and from it
+    /// on ([`BitWriter::counting_split`]; zeros for others).
+    pub fn share_words_split(&self) -> [u64; 2] {
+        match &self.shares {
+            ShareSink::Count { words, .. } => *words,
+            _ => [0; 2],
+        }
+    }
+
+    /// Room for `words` more kept share words of 2..=64 bits (a
+    /// [`BitWriter::recording_shares`] writer's, or those a [`BitWriter::split`] writer
+    /// keeps of its own): [`BitWriter::share_words_split`] tells how many there will be.
+    pub fn reserve_kept_shares(&mut self, words: usize) {
+        match &mut self.shares {
+            ShareSink::Record(r) => r.rec.words.reserve(words),
+            ShareSink::Split(a) => {
+                if let Some(own) = &mut a.own {
+                    own.words.reserve(words);
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// The stream of a [`BitWriter::split`] writer, and its own share words (for the other
     /// party's writer).
-    pub fn finish_split(mut self) -> (Vec<u8>, Vec<u8>) {
+    pub fn finish_split(mut self) -> (Vec<u8>, RecordedShares) {
         let own = match std::mem::take(&mut self.shares) {
-            ShareSink::Split(a) => a.own.finish(),
-            _ => vec![],
+            ShareSink::Split(mut a) => a.own.take().unwrap_or_default(),
+            _ => RecordedShares::default(),
         };
         (self.finish(), own)
     }
@@ -568,7 +682,7 @@ impl BitWriter {
     /// share bit `split` ([`BitWriter::share_bits_below`]).
     pub fn counting_split(split: u64) -> BitWriter {
         BitWriter {
-            shares: ShareSink::Count { offset: 0, split, below: 0 },
+            shares: ShareSink::Count { offset: 0, split, below: 0, words: [0; 2] },
             dropped: Some(0),
             ..BitWriter::default()
         }
@@ -596,22 +710,23 @@ impl BitWriter {
         self
     }
 
-    /// Append `count` 64-bit words, word `i` being `word(i)`: to the side region of a
+    /// Append the 64-bit `words`: to the side region of a
     /// [`BitWriter::with_side_region`] writer (counted only by a
     /// [`BitWriter::counting_side`] one), else to the stream as [`BitWriter::put_u64_run`].
     ///
     /// # Panics
     /// If the words overrun the side region (its size is the dealer's count of the same
     /// key's words, not input).
-    pub fn put_side_words(&mut self, count: usize, mut word: impl FnMut(usize) -> u64) {
+    pub fn put_side_words(&mut self, words: &[u64]) {
+        let count = words.len();
         match &mut self.side {
-            SideSink::Stream => return self.put_u64_run(count, word),
+            SideSink::Stream => return self.put_u64_run(count, |i| words[i]),
             SideSink::Count => {}
             SideSink::Region { at, end } => {
                 let region = self.buf.get_mut(*at..*at + 8 * count).filter(|_| *at + 8 * count <= *end);
                 let region = region.expect("the side region holds the key's side words");
-                for (i, b) in region.chunks_exact_mut(8).enumerate() {
-                    b.copy_from_slice(&word(i).to_le_bytes());
+                for (b, w) in region.chunks_exact_mut(8).zip(words) {
+                    b.copy_from_slice(&w.to_le_bytes());
                 }
                 *at += 8 * count;
             }
@@ -1157,7 +1272,17 @@ mod tests {
             write(&mut c, &ours);
             assert_eq!((c.bit_len(), c.share_bits()), (13 * widths.len() as u64, total));
             let below = c.share_bits_below();
-            let mut w = BitWriter::recording_shares();
+            // Words of two bits or more on each side: by where each word starts.
+            let mut at = 0u64;
+            let mut words = [0u64; 2];
+            for &b in &widths {
+                if b > 1 {
+                    words[(at >= split) as usize] += 1;
+                }
+                at += b as u64;
+            }
+            assert_eq!(c.share_words_split(), words, "split {split}");
+            let mut w = BitWriter::recording_shares(split, true);
             write(&mut w, &theirs);
             let mut w0 = BitWriter::split(w.into_shares(), PadStream::new(&seed1), split, true);
             write(&mut w0, &ours);
@@ -1184,7 +1309,7 @@ mod tests {
         let theirs: Vec<u64> = bits.iter().zip(&ours).map(|(b, o)| b ^ o).collect();
         for split in [0, 1, 63, 64, 100, 130, 200] {
             let put = |w: &mut BitWriter, v: &[u64]| v.iter().for_each(|&x| w.put_share(x, 1));
-            let mut w = BitWriter::recording_shares();
+            let mut w = BitWriter::recording_shares(split, true);
             put(&mut w, &theirs);
             let mut w0 = BitWriter::split(w.into_shares(), PadStream::new(&seed1), split, true);
             put(&mut w0, &ours);
@@ -1249,7 +1374,7 @@ mod tests {
                     (y.bit_len(), y.share_bits(), y.share_bits_below()),
                     "counting, lead {lead}, {bits} bits"
                 );
-                let (x, y) = both(&BitWriter::recording_shares, &b);
+                let (x, y) = both(&|| BitWriter::recording_shares(split, true), &b);
                 let (theirs, theirs_run) = (x.into_shares(), y.into_shares());
                 assert_eq!(theirs, theirs_run);
                 let pad = || PadStream::new(&[3u8; 16]);
@@ -1261,7 +1386,7 @@ mod tests {
                     let packed: Vec<u64> =
                         a.chunks(64).map(|c| c.iter().enumerate().fold(0, |w, (i, &b)| w | b << i)).collect();
                     let makes: [&dyn Fn() -> BitWriter; 3] =
-                        [&BitWriter::new, &BitWriter::recording_shares, &|| {
+                        [&BitWriter::new, &|| BitWriter::recording_shares(split, true), &|| {
                             BitWriter::split(theirs.clone(), pad(), split, true)
                         }];
                     for (m, make) in makes.into_iter().enumerate() {
@@ -1414,7 +1539,7 @@ mod tests {
         let words: Vec<u64> = (0..5u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect();
         let write = |w: &mut BitWriter| {
             w.put(5, 3);
-            w.put_side_words(words.len(), |i| words[i]);
+            w.put_side_words(&words);
             w.put(9, 7);
         };
         let mut c = BitWriter::counting().counting_side();

@@ -118,8 +118,8 @@ impl TreeKeys {
         // The low halves, then the high ones (a bundle's reader takes both in place).
         let (lo, hi): (&[u64], &[u64]) = (&self.scw_lo, &self.scw_hi);
         let n = lo.len().min(hi.len());
-        w.put_side_words(n, |i| lo[i]);
-        w.put_side_words(n, |i| hi[i]);
+        w.put_side_words(&lo[..n]);
+        w.put_side_words(&hi[..n]);
         let (l, r) = (&self.tcw_left, &self.tcw_right);
         w.put_run(self.levels, 2 * l.len().min(r.len()), |i| if i % 2 == 0 { l[i / 2] } else { r[i / 2] });
     }

@@ -31,6 +31,10 @@ pub struct Report {
     pub stats: [Stats; 2],
     /// Dealer time (both keys).
     pub keygen: Duration,
+    /// The dealer's seeded bundle encoding of both keys ([`encode_pair`]).
+    pub encode: Duration,
+    /// Each party's decoding of its bundle.
+    pub decode: [Duration; 2],
     /// Each party's online computation time (exchanges excluded).
     pub eval: [Duration; 2],
     /// AES blocks one party encrypted online (the mean of the two; the process-wide
@@ -102,13 +106,18 @@ pub fn run_with_masks<G: Gate, R: CryptoRng + ?Sized>(
     let (k0, k1) = fss::rng::with_root_seeds(Some(&seeds), || gate.keygen(masks_in, mask_out, rng))?;
     let keygen = t.elapsed();
     let shape = gate.key_shape();
+    let t = Instant::now();
     let sizes = KeySizes::of(&k0);
     let [b0, b1] = encode_pair(&k0, &k1, &sizes, Some(seeds));
+    let encode = t.elapsed();
     let [s0, s1] = sizes.stored_bytes(true);
     check_len("seeded key bytes of party 0", s0 as usize, b0.len())?;
     check_len("seeded key bytes of party 1", s1 as usize, b1.len())?;
+    let t = Instant::now();
     let k0 = decode_keyed::<G::Key>(&shape, Party::P0, &b0)?;
+    let t1 = Instant::now();
     let k1 = decode_keyed::<G::Key>(&shape, Party::P1, &b1)?;
+    let decode = [t1 - t, t1.elapsed()];
     let key_bits = [k0.bits(), k1.bits()];
 
     let (c0, c1) = (Ctx::new(Party::P0), Ctx::new(Party::P1));
@@ -150,6 +159,8 @@ pub fn run_with_masks<G: Gate, R: CryptoRng + ?Sized>(
         key_bits,
         stats: [c0.stats(), c1.stats()],
         keygen,
+        encode,
+        decode,
         eval,
         aes_blocks,
     })

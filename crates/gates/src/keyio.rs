@@ -124,6 +124,9 @@ pub struct KeySizes {
     /// The bits of its correction words, which [`encode_pair`] stores in the key's side
     /// region ([`BitWriter::with_side_region`]).
     pub side: u64,
+    /// Its share words of 2..=64 bits that start before the split, and from it on (what
+    /// [`encode_pair`]'s writers keep of one key for the other's).
+    pub words: [u64; 2],
 }
 
 impl KeySizes {
@@ -138,6 +141,7 @@ impl KeySizes {
             bits: w.bit_len() + shares + w.side_bits(),
             shares,
             below: c.share_bits_below(),
+            words: c.share_words_split(),
             roots: w.root_bits(),
             root_runs: w.root_runs(),
             side: w.side_bits(),
@@ -212,12 +216,16 @@ pub fn encode_pair<K: GateKey>(
     let split = share_split(shares);
     // Party 0's words after the split are the values minus party 1's pad, party 1's before
     // it the values minus party 0's pad.
-    let mut w = BitWriter::recording_shares();
+    // (Of the words kept, party 0's key stores those from the split on, party 1's the rest.)
+    let [kept_below, kept_above] = sizes.words.map(|n| n as usize);
+    let mut w = BitWriter::recording_shares(split, true);
+    w.reserve_kept_shares(kept_above);
     k1.write(&mut w);
     let theirs = w.into_shares();
     let mut w = BitWriter::split(theirs, PadStream::new(&seed1), split, true)
         .with_roots(RootStream::new(&seed0))
         .with_side_region(header(1, Some((&seed0, split)), bits - below - side), side_bytes);
+    w.reserve_kept_shares(kept_below);
     k0.write(&mut w);
     let (b0, ours) = w.finish_split();
     let mut w = BitWriter::split(ours, PadStream::new(&seed0), split, false)

@@ -137,6 +137,10 @@ pub struct Row {
     comm_bytes_per_elem: f64,
     rounds: u64,
     keygen_ns_per_elem: f64,
+    /// The dealer's seeded bundle encoding of both keys (not in `keygen_ns_per_elem`).
+    encode_ns_per_elem: f64,
+    /// The slower party's decoding of its bundle (not in `eval_ns_per_elem`).
+    decode_ns_per_elem: f64,
     eval_ns_per_elem: f64,
     /// AES blocks one party encrypts online per element.
     aes_blocks_per_elem: f64,
@@ -299,12 +303,17 @@ fn measure<G: Gate>(
 ) -> anyhow::Result<(Report, Duration, Duration)> {
     let ins: Vec<&[u64]> = inputs.iter().map(Vec::as_slice).collect();
     let mut last = harness::run(gate, &ins, rng)?;
-    let (mut kg, mut ev) = (vec![], vec![]);
+    let (mut kg, mut ev, mut enc, mut dec) = (vec![], vec![], vec![], vec![]);
     for _ in 0..reps {
         last = harness::run(gate, &ins, rng)?;
         kg.push(last.keygen.as_secs_f64());
         ev.push(last.eval[0].max(last.eval[1]).as_secs_f64());
+        enc.push(last.encode.as_secs_f64());
+        dec.push(last.decode[0].max(last.decode[1]).as_secs_f64());
     }
+    // The report's encoding and decoding times are their medians too.
+    last.encode = Duration::from_secs_f64(median(enc));
+    last.decode = [Duration::from_secs_f64(median(dec)); 2];
     Ok((last, Duration::from_secs_f64(median(kg)), Duration::from_secs_f64(median(ev))))
 }
 
@@ -531,6 +540,8 @@ fn row(
         comm_bytes_per_elem: per(rep.stats[0].comm_bytes() as f64),
         rounds: rep.stats[0].rounds,
         keygen_ns_per_elem: per(keygen.as_nanos() as f64),
+        encode_ns_per_elem: per(rep.encode.as_nanos() as f64),
+        decode_ns_per_elem: per(rep.decode[0].max(rep.decode[1]).as_nanos() as f64),
         eval_ns_per_elem: per(eval.as_nanos() as f64),
         aes_blocks_per_elem: per(rep.aes_blocks as f64),
         exact: rep.exact(),

@@ -224,7 +224,7 @@ impl BitDpfKeys {
         self.tree.write(w);
         // Each key's two leaf blocks, low half first (as `put_u128` twice).
         let cws: &[u64] = &self.leaf_cw;
-        w.put_side_words(cws.len(), |i| cws[i]);
+        w.put_side_words(cws);
     }
 
     /// Read `count` keys written by [`BitDpfKeys::write_material`].
