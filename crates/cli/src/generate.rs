@@ -122,7 +122,7 @@ enum Keys {
     /// Dealt step by step in memory: the dealer and its masks of the KV cache.
     Memory { dealer: DealerRng, masks: Vec<Vec<u64>> },
     /// Dealt ahead: both parties' bundles, read step by step.
-    Disk { readers: [BundleReader; 2], paths: [PathBuf; 2], reports: Vec<DealReport> },
+    Disk { readers: Box<[BundleReader; 2]>, paths: [PathBuf; 2], reports: Vec<DealReport> },
 }
 
 impl Keys {
@@ -165,7 +165,7 @@ impl Keys {
             BundleReader::open_sections(&paths[1], n, sections, &fp, Party::P1)?,
         ];
         readers.iter_mut().for_each(BundleReader::read_ahead);
-        Ok(Keys::Disk { readers, paths, reports })
+        Ok(Keys::Disk { readers: Box::new(readers), paths, reports })
     }
 
     /// Run step `t` at both servers over `link`: its dealer's report and both runs.
@@ -187,7 +187,8 @@ impl Keys {
                 *masks = dealt.carry;
                 Ok((dealt.report, runs))
             }
-            Keys::Disk { readers: [r0, r1], reports, .. } => {
+            Keys::Disk { readers, reports, .. } => {
+                let [r0, r1] = &mut **readers;
                 let runs = run_linked_step(g, gates, [r0, r1], inputs, held, link)?;
                 Ok((reports[t].clone(), runs))
             }

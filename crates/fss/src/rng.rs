@@ -9,7 +9,6 @@ use std::convert::Infallible;
 
 use aes::Aes128Enc;
 use aes::cipher::{BlockCipherEncrypt, KeyInit};
-use rand_core::block::{BlockRng, Generator};
 pub use rand_core::{CryptoRng, Rng, SeedableRng};
 use rand_core::{TryCryptoRng, TryRng};
 use zeroize::Zeroize;
@@ -22,46 +21,56 @@ use crate::tree::SEED_MASK;
 /// The dealer's cryptographically secure generator: AES-128 in counter mode (the block
 /// cipher of NIST SP 800-90A's CTR_DRBG), seeded with a 128-bit key and a 128-bit starting
 /// counter. It replaced ChaCha12, whose refills were ~12 % of the compiled operators' key
-/// generation (`perf`, `bench ops --ops gelu`); AES on the VAES units costs ~0.3 ns per 16 bytes.
+/// generation (`perf`, `bench ops --ops gelu`); AES on the VAES units costs ~0.3 ns per 16
+/// bytes when it gets [`crate::prg::PAR`] blocks at a time, so a refill is that many blocks
+/// (16 at a time went block by block through the cipher's one-block path: the refills were
+/// 19 % of the compiled GeLU's key generation).
 #[derive(Clone)]
-pub struct DealerRng(BlockRng<AesCtr>);
-
-/// The counter-mode core of [`DealerRng`].
-#[derive(Clone)]
-pub struct AesCtr {
+pub struct DealerRng {
     cipher: Aes128Enc,
     counter: u128,
+    /// The current refill (on the heap: the generator is moved around by value) and the
+    /// next word of it to hand out.
+    words: Box<[u64; WORDS]>,
+    next: usize,
 }
 
-/// 64-bit words a [`DealerRng`] generates at a time (16 AES blocks).
-const WORDS: usize = 32;
+/// 64-bit words a [`DealerRng`] generates at a time (two per AES block).
+const WORDS: usize = 2 * crate::prg::PAR;
 
-impl Generator for AesCtr {
-    type Output = [u64; WORDS];
-
-    fn generate(&mut self, out: &mut [u64; WORDS]) {
+impl DealerRng {
+    fn refill(&mut self) {
         let mut blocks = [AesBlock::default(); WORDS / 2];
         for b in &mut blocks {
             *b = to_block(self.counter);
             self.counter = self.counter.wrapping_add(1);
         }
         self.cipher.encrypt_blocks(&mut blocks);
-        for (o, b) in out.chunks_exact_mut(2).zip(&mut blocks) {
+        for (o, b) in self.words.chunks_exact_mut(2).zip(&mut blocks) {
             o[0] = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
             o[1] = u64::from_le_bytes(b[8..].try_into().expect("8 bytes"));
             b.as_mut_slice().zeroize();
         }
+        self.next = 0;
     }
 
-    fn drop(&mut self, out: &mut [u64; WORDS]) {
-        out.zeroize();
+    #[inline]
+    fn next_word(&mut self) -> u64 {
+        if self.next == WORDS {
+            self.refill();
+        }
+        let w = self.words[self.next];
+        self.words[self.next] = 0;
+        self.next += 1;
+        w
     }
 }
 
-impl Drop for AesCtr {
+impl Drop for DealerRng {
     fn drop(&mut self) {
         // (The cipher's round keys wipe themselves.)
         self.counter.zeroize();
+        self.words.zeroize();
     }
 }
 
@@ -81,7 +90,7 @@ impl SeedableRng for DealerRng {
         let cipher = Aes128Enc::new(&key.into());
         key.zeroize();
         seed.zeroize();
-        DealerRng(BlockRng::new(AesCtr { cipher, counter }))
+        DealerRng { cipher, counter, words: Box::new([0; WORDS]), next: WORDS }
     }
 }
 
@@ -90,17 +99,26 @@ impl TryRng for DealerRng {
 
     #[inline]
     fn try_next_u32(&mut self) -> Result<u32, Infallible> {
-        Ok(self.0.next_word() as u32)
+        Ok(self.next_word() as u32)
     }
 
     #[inline]
     fn try_next_u64(&mut self) -> Result<u64, Infallible> {
-        Ok(self.0.next_word())
+        Ok(self.next_word())
     }
 
-    #[inline]
+    /// Word after word, little-endian (a short tail takes the low bytes of one more word).
     fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Infallible> {
-        self.0.fill_bytes(dst);
+        let mut chunks = dst.chunks_exact_mut(8);
+        for c in &mut chunks {
+            c.copy_from_slice(&self.next_word().to_le_bytes());
+        }
+        let tail = chunks.into_remainder();
+        if !tail.is_empty() {
+            let mut w = self.next_word().to_le_bytes();
+            tail.copy_from_slice(&w[..tail.len()]);
+            w.zeroize();
+        }
         Ok(())
     }
 }
@@ -201,7 +219,7 @@ mod tests {
         let mut seed = [0u8; 32];
         seed[31] = 1;
         assert_ne!(DealerRng::from_seed(seed).next_u64(), 0x3b2c_8aef_d44b_e966);
-        // Across refills (32 words at a time) the stream goes on.
+        // Across refills (128 words at a time) the stream goes on.
         let mut a = DealerRng::seed_from_u64(7);
         let words: Vec<u64> = (0..200).map(|_| a.next_u64()).collect();
         let mut b = DealerRng::seed_from_u64(7);
