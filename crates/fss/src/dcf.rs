@@ -174,18 +174,26 @@ pub fn keygen_with_roots(
     let mut trees = DealerTrees::new(roots, n);
     let mut vcw = vec![0u64; n as usize * kw * m];
     let mut acc_v = vec![0u64; m * kw];
-    // One-word keys take the low halves of their two value blocks (`one_lo`; the high
-    // halves are hashed along), longer ones their tweaked blocks whole (`vals`).
-    let wide = if kw == 1 { 0 } else { 2 * m * nb };
+    // Keys whose words fit one value block per child hash them with the children, from one
+    // `σ` of each seed (`one_lo`, `one_hi`: a one-word key takes the low halves of `H_{VL}`
+    // and `H_{VR}`, a longer one its tweaked blocks `H_{VL}(s ⊕ c)`); keys of more blocks
+    // hash their tweaked blocks on their own (`vals`).
+    let fused = kw == 1 || nb == 1;
+    let value_keys = if kw == 1 {
+        [(HashKey::ValueLeft, 0), (HashKey::ValueRight, 0)]
+    } else {
+        [(HashKey::ValueLeft, value_tweak(0, 0, nb)), (HashKey::ValueLeft, value_tweak(1, 0, nb))]
+    };
+    let wide = if fused { 0 } else { 2 * m * nb };
     let mut vin = vec![0u128; wide];
     let mut vals = [vec![0u128; wide], vec![0u128; wide]];
-    let one = if kw == 1 { 2 * m } else { 0 };
+    let one = if fused { 2 * m } else { 0 };
     let (mut one_lo, mut one_hi) = ([vec![0u64; one], vec![0u64; one]], [vec![0u64; one], vec![0u64; one]]);
     let wpb = params.words_per_block();
     for i in 0..n {
-        if kw == 1 {
+        if fused {
             let ([l0, l1], [h0, h1]) = (&mut one_lo, &mut one_hi);
-            trees.expand_with_values(prg, [(l0, h0), (l1, h1)]);
+            trees.expand_with_values(prg, value_keys, [(l0, h0), (l1, h1)]);
         } else {
             trees.expand(prg);
             for (c, v) in vals.iter_mut().enumerate() {
@@ -205,7 +213,11 @@ pub fn keygen_with_roots(
             value_step(
                 &mut vcw[row..row + m],
                 &mut acc_v[j * m..(j + 1) * m],
-                |c, lane| if kw == 1 { one_lo[c][lane] } else { (vals[c][lane * nb + blk] >> shift) as u64 },
+                |c, lane| match (kw, fused) {
+                    (1, _) => one_lo[c][lane],
+                    (_, true) => ((one_lo[c][lane] as u128 | (one_hi[c][lane] as u128) << 64) >> shift) as u64,
+                    _ => (vals[c][lane * nb + blk] >> shift) as u64,
+                },
                 &trees.t,
                 ell,
                 |k| (path_bit(alphas[k], n, i), betas[k * kw + j]),

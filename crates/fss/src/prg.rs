@@ -143,6 +143,21 @@ impl Prg {
     pub fn hash_halves<const K: usize>(
         &self,
         keys: [HashKey; K],
+        seeds: (&[u64], &[u64]),
+        outs: [(&mut [u64], &mut [u64]); K],
+    ) {
+        self.hash_halves_tweaked(keys.map(|k| (k, 0)), seeds, outs);
+    }
+
+    /// As [`Prg::hash_halves`], output `c` being `H_{k}(x ⊕ τ)` for `keys[c] = (k, τ)`, the
+    /// tweak `τ` XORed into the seed's low half (a DCF's value blocks for `K > 1` words):
+    /// `σ(x ⊕ τ) = σ(x) ⊕ σ(τ)`, so `σ` is still computed once.
+    ///
+    /// # Panics
+    /// As [`Prg::hash_halves`].
+    pub fn hash_halves_tweaked<const K: usize>(
+        &self,
+        keys: [(HashKey, u64); K],
         (lo, hi): (&[u64], &[u64]),
         mut outs: [(&mut [u64], &mut [u64]); K],
     ) {
@@ -153,6 +168,7 @@ impl Prg {
         );
         const STEP: usize = 256;
         let mut sig = [AesBlock::default(); STEP];
+        let mut tweaked = [AesBlock::default(); STEP];
         let mut enc = [AesBlock::default(); STEP];
         for at in (0..n).step_by(STEP) {
             let m = STEP.min(n - at);
@@ -162,13 +178,22 @@ impl Prg {
                 *d = block(h, h ^ l);
             }
             let padded = pad(m);
-            for (&j, (ol, oh)) in keys.iter().zip(outs.iter_mut()) {
-                self.encrypt(j, &sig[..padded], &mut enc[..padded]);
+            for (&(j, tweak), (ol, oh)) in keys.iter().zip(outs.iter_mut()) {
+                // σ(τ) has `τ` in its high half only.
+                let input = if tweak == 0 {
+                    &sig[..padded]
+                } else {
+                    for ((d, &l), &h) in tweaked[..m].iter_mut().zip(l).zip(h) {
+                        *d = block(h, h ^ l ^ tweak);
+                    }
+                    &tweaked[..padded]
+                };
+                self.encrypt(j, input, &mut enc[..padded]);
                 let (ol, oh) = (&mut ol[at..at + m], &mut oh[at..at + m]);
                 for k in 0..m {
                     let (el, eh) = halves(&enc[k]);
                     ol[k] = el ^ h[k];
-                    oh[k] = eh ^ h[k] ^ l[k];
+                    oh[k] = eh ^ h[k] ^ l[k] ^ tweak;
                 }
             }
         }

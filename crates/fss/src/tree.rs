@@ -268,12 +268,18 @@ impl DealerTrees {
         );
     }
 
-    /// [`DealerTrees::expand`], and the value blocks `H_{VL}(s)`, `H_{VR}(s)` of every seed
-    /// into `values` (halves; a one-word DCF's level): four hashes from one `σ` of each seed.
-    pub fn expand_with_values(&mut self, prg: &Prg, values: [(&mut [u64], &mut [u64]); 2]) {
+    /// [`DealerTrees::expand`], and two value blocks of every seed into `values` (halves):
+    /// `H_k(s ⊕ τ)` for `value_keys[c] = (k, τ)` (a DCF's level: `H_{VL}(s)` and `H_{VR}(s)`
+    /// for one word, tweaked blocks for more): four hashes from one `σ` of each seed.
+    pub fn expand_with_values(
+        &mut self,
+        prg: &Prg,
+        value_keys: [(HashKey, u64); 2],
+        values: [(&mut [u64], &mut [u64]); 2],
+    ) {
         let [vl, vr] = values;
-        prg.hash_halves(
-            [HashKey::Left, HashKey::Right, HashKey::ValueLeft, HashKey::ValueRight],
+        prg.hash_halves_tweaked(
+            [(HashKey::Left, 0), (HashKey::Right, 0), value_keys[0], value_keys[1]],
             (&self.seed_lo, &self.seed_hi),
             [(&mut self.left_lo, &mut self.left_hi), (&mut self.right_lo, &mut self.right_hi), vl, vr],
         );

@@ -346,7 +346,7 @@ fn dcf_check(params: DcfParams, alphas: &[u64], betas: &[u64], idx: &[u32], xs: 
 fn dcf_exhaustive_small_domains() {
     let mut r = rng(6);
     for n in 1..=10u32 {
-        for (ell, kw) in [(64, 1), (1, 1), (16, 3), (37, 5)] {
+        for (ell, kw) in [(64, 1), (1, 1), (16, 3), (64, 2), (37, 5)] {
             let params = DcfParams::new(n, ell, kw).unwrap();
             let alphas: Vec<u64> = (0..1u64 << n).collect();
             let betas: Vec<u64> = (0..alphas.len() * kw as usize).map(|_| r.next_u64() & mask(ell)).collect();
@@ -360,7 +360,7 @@ fn dcf_exhaustive_small_domains() {
 fn dcf_large_domains_edge_random_and_vectors() {
     let mut r = rng(7);
     for n in [11, 37, 50, 64] {
-        for (ell, kw) in [(64, 1), (50, 1), (37, 1), (64, 4), (50, 7), (12, 20)] {
+        for (ell, kw) in [(64, 1), (50, 1), (37, 1), (26, 2), (64, 4), (50, 7), (12, 20)] {
             let params = DcfParams::new(n, ell, kw).unwrap();
             let alphas = edge_points(n, &mut r);
             let betas: Vec<u64> = (0..alphas.len() * kw as usize).map(|_| r.next_u64() & mask(ell)).collect();
