@@ -121,8 +121,8 @@ impl std::fmt::Debug for RecordedShares {
 
 impl Drop for RecordedShares {
     fn drop(&mut self) {
-        self.words.zeroize();
-        self.bits.zeroize();
+        crate::wipe::wipe(&mut self.words);
+        crate::wipe::wipe(&mut self.bits);
     }
 }
 
@@ -377,8 +377,8 @@ impl BitWriter {
                     }
                     i += k;
                 }
-                ones.zeroize();
-                pads.zeroize();
+                crate::wipe::wipe(&mut ones);
+                crate::wipe::wipe(&mut pads);
                 self.shares = ShareSink::Split(a);
             }
         }
