@@ -33,7 +33,6 @@ use crate::ring::mask;
 use crate::share::Party;
 use crate::words::{KeyBuffer, SharedWords, Words};
 use std::sync::Arc;
-use zeroize::Zeroize;
 
 /// Share words a split writer handles at a time ([`BitWriter::put_share_run`]).
 const SPLIT_CHUNK: usize = 1024;
