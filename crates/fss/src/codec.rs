@@ -69,8 +69,12 @@ enum SideSink {
     Stream,
     /// Only counted.
     Count,
-    /// Into bytes `at..end` of the buffer (the side region, [`BitWriter::with_side_region`]).
-    Region { at: usize, end: usize },
+    /// Into bytes `at..end` of the buffer (the side region, [`BitWriter::with_side_region`]),
+    /// or, `filled`, passed over there: the region holds them already
+    /// ([`BitWriter::with_filled_side_region`]).
+    Region { at: usize, end: usize, filled: bool },
+    /// Appended to the buffer, everything else only counted ([`BitWriter::side_region_only`]).
+    Append,
 }
 
 /// Where a split key's share words have reached relative to its split point, for the
@@ -698,7 +702,37 @@ impl BitWriter {
         let at = prefix.len();
         prefix.resize(at + side_bytes, 0);
         self.buf = prefix;
-        self.side = SideSink::Region { at, end: at + side_bytes };
+        self.side = SideSink::Region { at, end: at + side_bytes, filled: false };
+        self
+    }
+
+    /// A writer that keeps only a key's side words, appended to `prefix`, and counts the
+    /// rest ([`BitWriter::side_region_bytes`]): a side region made once for two keys with the
+    /// same side words (a pair's correction words), without first zeroing it.
+    pub fn side_region_only(prefix: Vec<u8>) -> BitWriter {
+        BitWriter {
+            buf: prefix,
+            shares: ShareSink::Count { offset: 0, split: u64::MAX, below: 0, words: [0; 2] },
+            dropped: Some(0),
+            side: SideSink::Append,
+            ..BitWriter::default()
+        }
+    }
+
+    /// The prefix and side words of a [`BitWriter::side_region_only`] writer.
+    pub fn side_region_bytes(self) -> Vec<u8> {
+        self.buf
+    }
+
+    /// The same (empty) writer behind `bytes`, whose last `side_bytes` are the side region
+    /// already filled with the key's side words (as [`BitWriter::side_region_only`] wrote
+    /// them): [`BitWriter::with_side_region`] without writing the region again.
+    pub fn with_filled_side_region(mut self, bytes: Vec<u8>, side_bytes: usize) -> BitWriter {
+        debug_assert!(self.buf.is_empty() && self.pending == 0, "a fresh writer");
+        let end = bytes.len();
+        let at = end.checked_sub(side_bytes).expect("the bytes hold the side region");
+        self.buf = bytes;
+        self.side = SideSink::Region { at, end, filled: true };
         self
     }
 
@@ -721,13 +755,26 @@ impl BitWriter {
         match &mut self.side {
             SideSink::Stream => return self.put_u64_run(count, |i| words[i]),
             SideSink::Count => {}
-            SideSink::Region { at, end } => {
+            SideSink::Region { at, end, filled } => {
                 let region = self.buf.get_mut(*at..*at + 8 * count).filter(|_| *at + 8 * count <= *end);
                 let region = region.expect("the side region holds the key's side words");
-                for (b, w) in region.chunks_exact_mut(8).zip(words) {
-                    b.copy_from_slice(&w.to_le_bytes());
+                if *filled {
+                    debug_assert!(
+                        region.chunks_exact(8).zip(words).all(|(b, w)| b == w.to_le_bytes()),
+                        "the filled side region holds these side words"
+                    );
+                } else {
+                    for (b, w) in region.chunks_exact_mut(8).zip(words) {
+                        b.copy_from_slice(&w.to_le_bytes());
+                    }
                 }
                 *at += 8 * count;
+            }
+            SideSink::Append => {
+                self.buf.reserve(8 * count);
+                for w in words {
+                    self.buf.extend_from_slice(&w.to_le_bytes());
+                }
             }
         }
         self.side_bits += 64 * count as u64;
@@ -749,7 +796,7 @@ impl BitWriter {
     /// Pad with zero bits to a byte boundary and return the bytes.
     pub fn finish(mut self) -> Vec<u8> {
         debug_assert!(
-            !matches!(self.side, SideSink::Region { at, end } if at != end),
+            !matches!(self.side, SideSink::Region { at, end, .. } if at != end),
             "the side region is filled"
         );
         while self.pending > 0 {
@@ -1548,6 +1595,14 @@ mod tests {
         write(&mut w);
         let bytes = w.finish();
         assert_eq!(bytes.len(), 8 + 40 + 2);
+        // The region made first by a side-only pass, then passed over: the same bytes.
+        let mut s = BitWriter::side_region_only(vec![1, 2, 3, 4, 5, 6, 7, 8]);
+        write(&mut s);
+        let front = s.side_region_bytes();
+        assert_eq!(front, bytes[..48]);
+        let mut w = BitWriter::new().with_filled_side_region(front, 40);
+        write(&mut w);
+        assert_eq!(w.finish(), bytes);
         let read = |side: &[u8], stream: &[u8], k: usize| {
             let mut r = BitReader::new(stream).with_side(side, None);
             let got = (r.get(3)?, r.get_side_words(k)?.to_vec(), r.get(7)?);

@@ -215,7 +215,9 @@ pub fn keygen_with_roots(
                 &mut acc_v[j * m..(j + 1) * m],
                 |c, lane| match (kw, fused) {
                     (1, _) => one_lo[c][lane],
-                    (_, true) => ((one_lo[c][lane] as u128 | (one_hi[c][lane] as u128) << 64) >> shift) as u64,
+                    (_, true) => {
+                        ((one_lo[c][lane] as u128 | (one_hi[c][lane] as u128) << 64) >> shift) as u64
+                    }
                     _ => (vals[c][lane * nb + blk] >> shift) as u64,
                 },
                 &trees.t,

@@ -222,16 +222,28 @@ pub fn encode_pair<K: GateKey>(
     w.reserve_kept_shares(kept_above);
     k1.write(&mut w);
     let theirs = w.into_shares();
+    // The side region (correction words, the same in both keys) written once behind party
+    // 0's header and copied behind party 1's: not zeroed first, nor filled twice.
+    let (h0, h1) = (
+        header(1, Some((&seed0, split)), bits - below - side),
+        header(1, Some((&seed1, split)), bits - (shares - below) - side),
+    );
+    let head = h0.len();
+    let mut w = BitWriter::side_region_only(h0);
+    k0.write(&mut w);
+    let front0 = w.side_region_bytes();
+    let mut front1 = h1;
+    front1.extend_from_slice(&front0[head..]);
     let mut w = BitWriter::split(theirs, PadStream::new(&seed1), split, true)
         .with_roots(RootStream::new(&seed0))
-        .with_side_region(header(1, Some((&seed0, split)), bits - below - side), side_bytes);
+        .with_filled_side_region(front0, side_bytes);
     w.reserve_kept_shares(kept_below);
     k0.write(&mut w);
     let (b0, ours) = w.finish_split();
     let mut w = BitWriter::split(ours, PadStream::new(&seed0), split, false)
         .discarding_own()
         .with_roots(RootStream::new(&seed1))
-        .with_side_region(header(1, Some((&seed1, split)), bits - (shares - below) - side), side_bytes);
+        .with_filled_side_region(front1, side_bytes);
     k1.write(&mut w);
     let (b1, _) = w.finish_split();
     [b0, b1]
