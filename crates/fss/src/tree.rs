@@ -83,18 +83,6 @@ impl TreeKeys {
         ((word >> i) & 1) as u8
     }
 
-    /// The same correction words under other roots (the other party's keys).
-    pub fn with_roots(&self, roots: Vec<u128>) -> TreeKeys {
-        TreeKeys {
-            levels: self.levels,
-            roots,
-            scw_lo: self.scw_lo.clone(),
-            scw_hi: self.scw_hi.clone(),
-            tcw_left: self.tcw_left.clone(),
-            tcw_right: self.tcw_right.clone(),
-        }
-    }
-
     /// Keys `start..end` as a batch of their own.
     pub fn slice(&self, start: usize, end: usize) -> TreeKeys {
         let len = self.len();
@@ -252,11 +240,22 @@ impl DealerTrees {
         self.right_lo[lane] as u128 | (self.right_hi[lane] as u128) << 64
     }
 
-    /// Both parties' tree material (the correction words are common, the roots differ):
-    /// party 0's is the dealt material itself, party 1's its one copy.
+    /// Both parties' tree material: the correction words are common (both keys read one
+    /// allocation of the seed corrections, [`Words::into_pair`]), the roots differ.
     pub fn into_keys(mut self) -> (TreeKeys, TreeKeys) {
-        let t1 = self.keys.with_roots(std::mem::take(&mut self.roots1));
-        (std::mem::replace(&mut self.keys, TreeKeys::with_capacity(0, 0)), t1)
+        let mut t0 = std::mem::replace(&mut self.keys, TreeKeys::with_capacity(0, 0));
+        let (lo0, lo1) = std::mem::take(&mut t0.scw_lo).into_pair();
+        let (hi0, hi1) = std::mem::take(&mut t0.scw_hi).into_pair();
+        (t0.scw_lo, t0.scw_hi) = (lo0, hi0);
+        let t1 = TreeKeys {
+            levels: t0.levels,
+            roots: std::mem::take(&mut self.roots1),
+            scw_lo: lo1,
+            scw_hi: hi1,
+            tcw_left: t0.tcw_left.clone(),
+            tcw_right: t0.tcw_right.clone(),
+        };
+        (t0, t1)
     }
 
     /// Hash every seed into both children (`4` AES per key per level).

@@ -46,6 +46,23 @@ impl SharedWords {
     }
 }
 
+/// Words the dealer made for both parties' keys (correction words are common to both): one
+/// allocation that both keys read ([`Words::into_pair`]), wiped when the last of them lets
+/// go of it.
+struct DealtWords(Vec<u64>);
+
+impl KeyBuffer for DealtWords {
+    fn key_bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
+    }
+}
+
+impl Drop for DealtWords {
+    fn drop(&mut self) {
+        crate::wipe::wipe(&mut self.0);
+    }
+}
+
 /// A run of 64-bit key words: owned, or read in place ([`SharedWords`]).
 #[derive(Clone)]
 pub enum Words {
@@ -100,6 +117,21 @@ impl Words {
         match self {
             Words::Owned(v) => v,
             Words::Shared(_) => unreachable!("made owned above"),
+        }
+    }
+
+    /// The words for two keys (both parties' correction words), read by both from one
+    /// allocation instead of copied for the second.
+    pub fn into_pair(self) -> (Words, Words) {
+        match self {
+            Words::Owned(v) if cfg!(target_endian = "little") => {
+                let len = v.len();
+                let buf: Arc<dyn KeyBuffer> = Arc::new(DealtWords(v));
+                let s = SharedWords::new(&buf, 0, len).expect("a vector of words is 8-byte aligned");
+                (Words::Shared(s.clone()), Words::Shared(s))
+            }
+            Words::Owned(v) => (Words::Owned(v.clone()), Words::Owned(v)),
+            Words::Shared(s) => (Words::Shared(s.clone()), Words::Shared(s)),
         }
     }
 
@@ -184,5 +216,10 @@ mod tests {
         s.wipe();
         assert_eq!(Arc::strong_count(&buf), 1);
         assert!(s.is_empty());
+        // A pair of keys' words: both read the same words, pushing to one copies it.
+        let (a, mut b) = Words::Owned(want.clone()).into_pair();
+        assert_eq!((&*a, &*b), (&want[..], &want[..]));
+        b.push(1);
+        assert_eq!((a.len(), b.len()), (10, 11));
     }
 }

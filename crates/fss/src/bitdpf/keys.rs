@@ -153,9 +153,9 @@ pub fn keygen<R: CryptoRng + ?Sized>(
         .collect::<Vec<_>>();
     let (t0, t1) = trees.into_keys();
     let mut leaf_cw = leaf_cw;
-    let words = leaf_words(&leaf_cw);
+    let (w0, w1) = leaf_words(&leaf_cw).into_pair();
     crate::wipe::wipe(&mut leaf_cw);
-    Ok((key(Party::P0, t0, words.clone()), key(Party::P1, t1, words)))
+    Ok((key(Party::P0, t0, w0), key(Party::P1, t1, w1)))
 }
 
 impl BitDpfKeys {
