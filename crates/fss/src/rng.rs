@@ -24,7 +24,7 @@ use crate::tree::SEED_MASK;
 /// generation (`perf`, `bench ops --ops gelu`); AES on the VAES units costs ~0.3 ns per 16
 /// bytes when it gets [`crate::prg::PAR`] blocks at a time, so a refill is that many blocks
 /// (16 at a time went block by block through the cipher's one-block path: the refills were
-/// 19 % of the compiled GeLU's key generation).
+/// 15 % of the compiled GeLU's key generation).
 #[derive(Clone)]
 pub struct DealerRng {
     cipher: Aes128Enc,
