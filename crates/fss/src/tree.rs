@@ -113,7 +113,15 @@ impl TreeKeys {
     }
 
     pub fn read(r: &mut BitReader<'_>, levels: u32, keys: usize) -> Result<TreeKeys, DecodeError> {
-        let mut t = TreeKeys::with_capacity(levels, keys);
+        // (No room for the seed corrections: they are read in place, or copied whole.)
+        let mut t = TreeKeys {
+            levels,
+            roots: Vec::with_capacity(keys),
+            scw_lo: Words::default(),
+            scw_hi: Words::default(),
+            tcw_left: Vec::with_capacity(keys),
+            tcw_right: Vec::with_capacity(keys),
+        };
         r.get_roots(keys, &mut t.roots)?;
         // (The roots may come from the party's root stream: the rest is in the data.)
         check_keys(r, keys, TreeKeys::key_bits(levels), ROOT_BITS)?;
