@@ -94,6 +94,25 @@ impl WordColumn {
         self.each_low_bit(out.len(), |e, bit| out[e] ^= bit);
     }
 
+    /// XOR each element's low bit, shifted left by `shift < 64`, into `out` (element `e`
+    /// into `out[e]`): a simple loop per class, which vectorises.
+    pub(crate) fn xor_low_bits_shifted(&self, out: &mut [u64], shift: u32) {
+        let len = out.len();
+        match self {
+            WordColumn::Bits(v) => {
+                for (o, &w) in out.chunks_mut(64).zip(v) {
+                    for (q, d) in o.iter_mut().enumerate() {
+                        *d ^= ((w >> q) & 1) << shift;
+                    }
+                }
+            }
+            WordColumn::Narrow(v) => {
+                out.iter_mut().zip(&v[..len]).for_each(|(d, &x)| *d ^= (x as u64 & 1) << shift)
+            }
+            WordColumn::Wide(v) => out.iter_mut().zip(&v[..len]).for_each(|(d, &x)| *d ^= (x & 1) << shift),
+        }
+    }
+
     /// `f(e, low bit of element e)` for the first `len` elements, in order.
     #[inline]
     pub(crate) fn each_low_bit(&self, len: usize, mut f: impl FnMut(usize, u64)) {
@@ -145,10 +164,13 @@ mod tests {
             }
             let mut low = vec![1u64; len];
             col.xor_low_bits(&mut low);
+            let mut shifted = vec![1u64; len];
+            col.xor_low_bits_shifted(&mut shifted, 5);
             let mut seen = vec![];
             col.each_low_bit(len, |e, bit| seen.push((e, bit)));
             for e in 0..len {
                 assert_eq!(low[e], 1 ^ (values[e] & 1), "width {width} e {e}");
+                assert_eq!(shifted[e], 1 ^ (values[e] & 1) << 5, "width {width} e {e}");
                 assert_eq!(seen[e], (e, values[e] & 1));
             }
             // A short stream is an error, not a panic.

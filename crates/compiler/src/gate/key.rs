@@ -120,7 +120,12 @@ pub(super) fn masked_bit_masks(
     for (i, f) in ex.bits.iter().enumerate() {
         for t in f.terms.iter().filter(|t| t.coef & 1 == 1) {
             if let Src::Word(j) = t.src {
-                words[j as usize].each_low_bit(len, |e, bit| z[e * zw + i / 64] ^= bit << (i % 64));
+                let col = &words[j as usize];
+                if zw == 1 {
+                    col.xor_low_bits_shifted(&mut z, i as u32);
+                } else {
+                    col.each_low_bit(len, |e, bit| z[e * zw + i / 64] ^= bit << (i % 64));
+                }
             }
         }
     }
