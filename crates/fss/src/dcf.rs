@@ -243,8 +243,9 @@ pub fn keygen_with_roots(
         })
         .collect();
     let (t0, t1) = trees.into_keys();
-    let key = |party, tree| DcfKeys { params, party, tree, vcw: vcw.clone(), fcw: fcw.clone() };
-    Ok((key(Party::P0, t0), key(Party::P1, t1)))
+    // (Party 1's key takes the dealt words themselves: one copy, and nothing left unwiped.)
+    let k0 = DcfKeys { params, party: Party::P0, tree: t0, vcw: vcw.clone(), fcw: fcw.clone() };
+    Ok((k0, DcfKeys { params, party: Party::P1, tree: t1, vcw, fcw }))
 }
 
 /// One value word's correction words at one level, branch-free: key `k`, with path bit and
