@@ -91,7 +91,7 @@ impl WordColumn {
 
     /// XOR each element's low bit into `out` (element `e` into `out[e]`).
     pub(crate) fn xor_low_bits(&self, out: &mut [u64]) {
-        self.each_low_bit(out.len(), |e, bit| out[e] ^= bit);
+        self.xor_low_bits_shifted(out, 0);
     }
 
     /// XOR each element's low bit, shifted left by `shift < 64`, into `out` (element `e`

@@ -47,8 +47,7 @@ impl DealerRng {
         }
         self.cipher.encrypt_blocks(&mut blocks);
         for (o, b) in self.words.chunks_exact_mut(2).zip(&mut blocks) {
-            o[0] = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
-            o[1] = u64::from_le_bytes(b[8..].try_into().expect("8 bytes"));
+            (o[0], o[1]) = crate::prg::halves(b);
             b.as_mut_slice().zeroize();
         }
         self.next = 0;

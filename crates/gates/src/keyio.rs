@@ -205,13 +205,24 @@ pub fn encode_pair<K: GateKey>(
         h.extend_from_slice(&(side / 8).to_le_bytes());
         h
     };
+    // The side region (correction words, the same in both keys) written once behind party
+    // 0's header and copied behind party 1's: not zeroed first, nor filled twice.
+    let fronts = |h0: Vec<u8>, mut h1: Vec<u8>| {
+        let head = h0.len();
+        let mut w = BitWriter::side_region_only(h0);
+        k0.write(&mut w);
+        let front0 = w.side_region_bytes();
+        h1.extend_from_slice(&front0[head..]);
+        (front0, h1)
+    };
     let Some([seed0, seed1]) = seeds else {
-        let plain = |k: &K| {
-            let mut w = BitWriter::new().with_side_region(header(0, None, bits - side), side_bytes);
+        let (front0, front1) = fronts(header(0, None, bits - side), header(0, None, bits - side));
+        let plain = |k: &K, front| {
+            let mut w = BitWriter::new().with_filled_side_region(front, side_bytes);
             k.write(&mut w);
             w.finish()
         };
-        return [plain(k0), plain(k1)];
+        return [plain(k0, front0), plain(k1, front1)];
     };
     let split = share_split(shares);
     // Party 0's words after the split are the values minus party 1's pad, party 1's before
@@ -222,18 +233,10 @@ pub fn encode_pair<K: GateKey>(
     w.reserve_kept_shares(kept_above);
     k1.write(&mut w);
     let theirs = w.into_shares();
-    // The side region (correction words, the same in both keys) written once behind party
-    // 0's header and copied behind party 1's: not zeroed first, nor filled twice.
-    let (h0, h1) = (
+    let (front0, front1) = fronts(
         header(1, Some((&seed0, split)), bits - below - side),
         header(1, Some((&seed1, split)), bits - (shares - below) - side),
     );
-    let head = h0.len();
-    let mut w = BitWriter::side_region_only(h0);
-    k0.write(&mut w);
-    let front0 = w.side_region_bytes();
-    let mut front1 = h1;
-    front1.extend_from_slice(&front0[head..]);
     let mut w = BitWriter::split(theirs, PadStream::new(&seed1), split, true)
         .with_roots(RootStream::new(&seed0))
         .with_filled_side_region(front0, side_bytes);
