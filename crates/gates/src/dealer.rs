@@ -2,10 +2,27 @@
 
 use fss::ring::mask;
 use fss::rng::CryptoRng;
+use zeroize::Zeroize;
 
-/// `count` uniform words of `bits` bits.
+/// `count` uniform words of `bits` bits: as `count` calls of `next_u64`, masked (the
+/// generator's byte stream is its words, little-endian), taken in bulk through
+/// `fill_bytes` (`fss::rng::DealerRng` hands out a refill at a time).
 pub fn random_words<R: CryptoRng + ?Sized>(rng: &mut R, count: usize, bits: u32) -> Vec<u64> {
-    (0..count).map(|_| rng.next_u64() & mask(bits)).collect()
+    /// Words per `fill_bytes` call (a stack buffer of 2 KB).
+    const BATCH: usize = 256;
+    let m = mask(bits);
+    let mut out = Vec::with_capacity(count);
+    let mut buf = [0u8; 8 * BATCH];
+    let mut left = count;
+    while left > 0 {
+        let k = left.min(BATCH);
+        let bytes = &mut buf[..8 * k];
+        rng.fill_bytes(bytes);
+        out.extend(bytes.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) & m));
+        left -= k;
+    }
+    buf.zeroize();
+    out
 }
 
 /// `count` uniform bits.
@@ -31,4 +48,26 @@ pub fn share_bits<R: CryptoRng + ?Sized>(rng: &mut R, values: &[bool]) -> (Vec<b
     let a = random_bits(rng, values.len());
     let b = values.iter().zip(&a).map(|(&v, &a)| v ^ a).collect();
     (a, b)
+}
+
+#[cfg(test)]
+mod tests {
+    use fss::rng::{DealerRng, Rng, SeedableRng};
+
+    use super::*;
+
+    /// Bulk words are the generator's next words, masked, in order (across refills, from
+    /// mid-refill, and with the generator going on after them).
+    #[test]
+    fn random_words_are_the_next_words() {
+        let mut a = DealerRng::seed_from_u64(3);
+        let want: Vec<u64> = (0..700).map(|_| a.next_u64()).collect();
+        let mut b = DealerRng::seed_from_u64(3);
+        assert_eq!(b.next_u64(), want[0]);
+        let got = random_words(&mut b, 600, 37);
+        assert!(got.iter().zip(&want[1..]).all(|(&g, &w)| g == w & mask(37)));
+        assert_eq!(got.len(), 600);
+        assert_eq!(random_words(&mut b, 5, 64), want[601..606]);
+        assert_eq!(b.next_u64(), want[606]);
+    }
 }
