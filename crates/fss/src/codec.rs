@@ -969,16 +969,14 @@ impl<'a> BitReader<'a> {
         let mut i = 0;
         while i < count {
             let (seg, mine) = self.pad.as_mut().expect("a pad").segment(1, count - i);
+            if !mine {
+                // The other party's pad words: passed over at once, the words read.
+                self.pad.as_mut().expect("a pad").pad.skip(seg as u64);
+            }
             let mut j = i;
             while j < i + seg {
                 let k = (i + seg - j).min(64) as u32;
-                let pad = &mut self.pad.as_mut().expect("a pad").pad;
-                let v = if mine {
-                    pad.take(k)
-                } else {
-                    pad.skip(k as u64);
-                    self.get(k)?
-                };
+                let v = if mine { self.pad.as_mut().expect("a pad").pad.take(k) } else { self.get(k)? };
                 place_bits(&mut out[base..], j, v, k);
                 j += k as usize;
             }

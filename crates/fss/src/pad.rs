@@ -58,9 +58,12 @@ impl PadStream {
             self.pos = to;
             return;
         }
-        // Past what is generated: continue at the block that holds the bit.
+        // Past what is generated: continue at the block that holds the bit. (Only the
+        // contents are zeroed: past them the buffer holds zeros, see `fill`. Wiping its
+        // whole capacity here cost a memset of kilobytes for every word of a run of
+        // single-word skips once the buffer was empty.)
         let abs = self.base * 8 + to;
-        self.buf.zeroize();
+        self.buf.as_mut_slice().zeroize();
         self.buf.clear();
         self.ctr = (abs / 128) as u128;
         self.base = (abs / 128) * 16;
@@ -106,16 +109,30 @@ impl PadStream {
     }
 
     /// Drop the bytes already read (all but the partly read one) and generate up to `need`.
+    /// Keeps nothing but zeros past the buffer's length: the bytes moved to the front are
+    /// zeroed where they were, and a buffer that must grow is replaced by a larger one, the
+    /// old one wiped (growing in place would free it unwiped).
     fn fill(&mut self, need: usize) {
         // (After a skip the buffer may be empty with the position inside its first block.)
         let done = ((self.pos / 8) as usize).min(self.buf.len());
         if done > 0 {
-            self.buf[..done].zeroize();
-            self.buf.drain(..done);
+            let len = self.buf.len();
+            self.buf.copy_within(done.., 0);
+            // The read bytes are overwritten or, from `len − done` on, zeroed.
+            self.buf[len - done..].zeroize();
+            self.buf.truncate(len - done);
             self.pos -= done as u64 * 8;
             self.base += done as u64;
         }
         let need = need - done;
+        // (The loop below adds whole chunks of `CHUNK` blocks until `need` is reached.)
+        let target = need + CHUNK * 16;
+        if self.buf.capacity() < target {
+            let mut grown = Vec::with_capacity(target);
+            grown.extend_from_slice(&self.buf);
+            self.buf.zeroize();
+            self.buf = grown;
+        }
         let mut blocks = [AesBlock::default(); CHUNK];
         while self.buf.len() < need {
             counter_blocks(&self.cipher, &mut self.ctr, &mut blocks);
@@ -250,6 +267,59 @@ mod tests {
             let single: Vec<u64> = (0..count).map(|_| b.take(bits)).collect();
             assert_eq!(run, single, "{before} + {count} × {bits}");
             assert_eq!(a.take(64), b.take(64));
+        }
+    }
+
+    /// Reads, runs and skips of every size, mixed (skips one word at a time once the
+    /// buffer is spent, runs that make it grow): always the AES-CTR stream's bits at the
+    /// offset reached.
+    #[test]
+    fn mixed_reads_and_skips_follow_the_stream() {
+        let seed = [11u8; 16];
+        let cipher = Aes128Enc::new(&seed.into());
+        let mut stream = vec![];
+        let mut ctr = 0u128;
+        let mut blocks = [AesBlock::default(); CHUNK];
+        for _ in 0..300 {
+            counter_blocks(&cipher, &mut ctr, &mut blocks);
+            blocks.iter().for_each(|b| stream.extend_from_slice(b.as_slice()));
+        }
+        let field = |o: u64, w: u32| {
+            (0..w as u64)
+                .fold(0u64, |v, k| v | (((stream[((o + k) / 8) as usize] >> ((o + k) % 8)) & 1) as u64) << k)
+        };
+        let mut p = PadStream::new(&seed);
+        let (mut at, mut x) = (0u64, 0x2545_f491_4f6c_dd1du64);
+        while at < 7_000_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let w = (x % 64) as u32 + 1;
+            match (x >> 8) % 5 {
+                0 => {
+                    assert_eq!(p.take(w), field(at, w), "take {w} at {at}");
+                    at += w as u64;
+                }
+                1 => {
+                    let count = ((x >> 16) % 3000) as usize;
+                    let mut run = vec![];
+                    p.take_run(w, count, &mut run, |v| v);
+                    assert!(run.iter().enumerate().all(|(i, &v)| v == field(at + i as u64 * w as u64, w)));
+                    at += count as u64 * w as u64;
+                }
+                2 => {
+                    // Many single-word skips.
+                    for _ in 0..((x >> 20) % 300) {
+                        p.skip(w as u64);
+                        at += w as u64;
+                    }
+                }
+                _ => {
+                    let gap = (x >> 24) % 60_000;
+                    p.skip(gap);
+                    at += gap;
+                }
+            }
         }
     }
 
