@@ -276,7 +276,8 @@ pub fn run_with(
         }
         _ => g,
     };
-    let gates = engine::build(g, imp)?;
+    // (Shared with the bundles' reading threads, which decode the keys ahead.)
+    let gates: engine::layers::Gates = std::sync::Arc::new(engine::build(g, imp)?);
     let plain = engine::plain(g, &gates, x);
     let (x0, x1) = engine::share_input(x, g.n, rng);
     let mut aes = None;
@@ -436,7 +437,7 @@ impl DiskKeys {
     fn deal(
         dir: &std::path::Path,
         g: &Graph,
-        gates: &[Option<Box<dyn engine::DynGate>>],
+        gates: &engine::layers::Gates,
         rng: &mut DealerRng,
         progress: impl FnMut(usize, usize),
     ) -> anyhow::Result<DiskKeys> {
@@ -469,7 +470,7 @@ impl DiskKeys {
             BundleReader::open(&paths[0], g, &fp, Party::P0)?,
             BundleReader::open(&paths[1], g, &fp, Party::P1)?,
         ];
-        readers.iter_mut().for_each(BundleReader::read_ahead);
+        readers.iter_mut().for_each(|r| r.decode_ahead(gates.clone()));
         Ok(DiskKeys { readers, paths, report, bytes })
     }
 }

@@ -638,6 +638,8 @@ pub struct BundleReader {
     header: BundleHeader,
     n: u32,
     read: u32,
+    /// The gates its thread decodes the keys with ([`BundleReader::decode_ahead`]).
+    decoding: Option<engine::layers::Gates>,
 }
 
 /// Sections a reader reads ahead of the online phase at most ([`BundleReader::read_ahead`]).
@@ -647,7 +649,23 @@ const READ_AHEAD: usize = 2;
 struct RawSection {
     kind: u8,
     node: u32,
-    body: KeyBytes,
+    body: Body,
+}
+
+/// A section's body: its bytes, or (read by [`BundleReader::decode_ahead`]) the gate key
+/// decoded from them, which reads its correction words in place from the bytes.
+enum Body {
+    Bytes(KeyBytes),
+    Key(Result<Box<dyn Any + Send>, fss::DecodeError>),
+}
+
+impl Body {
+    fn len(&self) -> Option<usize> {
+        match self {
+            Body::Bytes(b) => Some(b.as_slice().len()),
+            Body::Key(_) => None,
+        }
+    }
 }
 
 /// Where a reader's sections come from.
@@ -702,7 +720,7 @@ fn next_raw(
     if crc.finalize() != u32::from_le_bytes(crc_bytes) {
         return Err(corrupted(path, format!("checksum mismatch in the section of node {node}")));
     }
-    Ok(Some(RawSection { kind, node, body }))
+    Ok(Some(RawSection { kind, node, body: Body::Bytes(body) }))
 }
 
 impl fmt::Debug for BundleReader {
@@ -825,6 +843,7 @@ impl BundleReader {
             header,
             n,
             read: 0,
+            decoding: None,
         })
     }
 
@@ -853,6 +872,47 @@ impl BundleReader {
         self.input = Input::Ahead(rx);
     }
 
+    /// As [`BundleReader::read_ahead`], the thread also decoding each gate's key (with
+    /// `gates`, the program's gates by node, as [`engine::build`] makes them): the online
+    /// phase then only runs the gates, and a key's decoding overlaps the computation and
+    /// the waits for the other server (on a server with cores to spare, or in the gaps of a
+    /// network's round trips). At most one decoded key waits besides the one in use, and
+    /// the decoded keys are wiped as the online phase's are, when dropped (a key never
+    /// handed over is dropped with the channel). For one program's bundle only: a
+    /// session's programs have gates of their own ([`crate::session`]).
+    pub fn decode_ahead(&mut self, gates: engine::layers::Gates) {
+        let placeholder = Input::Ahead(std::sync::mpsc::sync_channel(0).1);
+        let Input::Direct(mut input, mut bufs) = std::mem::replace(&mut self.input, placeholder) else {
+            return;
+        };
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let (path, mut remaining) = (self.path.clone(), self.header.sections - self.read);
+        let (party, recycle) = (self.header.party, self.recycle.clone());
+        self.decoding = Some(gates.clone());
+        std::thread::spawn(move || {
+            loop {
+                let mut r = next_raw(&mut input, &mut bufs, &path, remaining);
+                if let Ok(Some(s)) = &mut r
+                    && s.kind == KIND_GATE
+                    && let Some(Some(gate)) = gates.get(s.node as usize)
+                {
+                    // (A section as read holds bytes: taken out, decoded, put back as the key.)
+                    let empty = Body::Bytes(KeyBytes::from_vec(Vec::new()));
+                    if let Body::Bytes(bytes) = std::mem::replace(&mut s.body, empty) {
+                        s.body = Body::Key(decode_gate(gate.as_ref(), party, bytes, &recycle));
+                    }
+                }
+                let last = !matches!(r, Ok(Some(_)));
+                // A closed channel: the online phase stopped early; stop reading.
+                if tx.send(r).is_err() || last {
+                    return;
+                }
+                remaining -= 1;
+            }
+        });
+        self.input = Input::Ahead(rx);
+    }
+
     /// The next section, or `None` at the checked end.
     fn next(&mut self) -> Result<Option<RawSection>, BundleError> {
         let remaining = self.header.sections - self.read;
@@ -869,7 +929,7 @@ impl BundleReader {
         &self.header
     }
 
-    fn section(&mut self, kind: u8, node: u32) -> Result<KeyBytes, BundleError> {
+    fn section(&mut self, kind: u8, node: u32) -> Result<Body, BundleError> {
         let s = match self.next()? {
             Some(s) => s,
             None => {
@@ -880,10 +940,10 @@ impl BundleReader {
             return Err(corrupted(
                 &self.path,
                 format!(
-                    "expected section ({kind}, node {node}), found ({}, node {}, {} bytes)",
+                    "expected section ({kind}, node {node}), found ({}, node {}, {})",
                     s.kind,
                     s.node,
-                    s.body.as_slice().len()
+                    s.body.len().map_or_else(|| "a decoded key".into(), |l| format!("{l} bytes"))
                 ),
             ));
         }
@@ -892,7 +952,10 @@ impl BundleReader {
     }
 
     fn mask(&mut self, kind: u8) -> Result<Vec<u64>, BundleError> {
-        let section = self.section(kind, 0)?;
+        let Body::Bytes(section) = self.section(kind, 0)? else {
+            // (Only gate sections are decoded ahead.)
+            return Err(corrupted(&self.path, "malformed mask section"));
+        };
         let body = section.as_slice();
         let path = self.path.clone();
         let bad = |_| corrupted(&path, "malformed mask section");
@@ -910,6 +973,19 @@ impl BundleReader {
     }
 }
 
+/// `gate`'s key for `party` from a section's bytes. The key reads its correction words in
+/// place: the buffer goes back to the reader (`recycle`), whose next section overwrites it,
+/// when the key is dropped (if the reader is gone by then, it is wiped as it drops).
+fn decode_gate(
+    gate: &dyn DynGate,
+    party: Party,
+    body: KeyBytes,
+    recycle: &std::sync::mpsc::Sender<KeyBytes>,
+) -> Result<Box<dyn Any + Send>, fss::DecodeError> {
+    let body: Arc<dyn KeyBuffer> = Arc::new(SharedSection::new(body, recycle.clone()));
+    gate.decode_in_place(party, &body)
+}
+
 impl KeySource for BundleReader {
     fn party(&self) -> Party {
         self.header.party
@@ -920,13 +996,24 @@ impl KeySource for BundleReader {
     }
 
     fn gate_key(&mut self, node: usize, gate: &dyn DynGate) -> Result<Box<dyn Any + Send>, GateError> {
-        let body = self.section(KIND_GATE, node as u32)?;
-        // The key reads its correction words in place: the buffer goes back to the reader,
-        // whose next section overwrites it, when the key is dropped (if the reader is gone
-        // by then, it is wiped as it drops).
-        let body: Arc<dyn KeyBuffer> = Arc::new(SharedSection::new(body, self.recycle.clone()));
-        let key = gate.decode_in_place(self.header.party, &body);
-        drop(body);
+        let key = match self.section(KIND_GATE, node as u32)? {
+            Body::Bytes(body) => decode_gate(gate, self.header.party, body, &self.recycle),
+            // Decoded ahead with this node's gate ([`BundleReader::decode_ahead`]): the
+            // gate asked with must be that one.
+            Body::Key(key) => {
+                let same =
+                    self.decoding.as_ref().and_then(|g| g.get(node)).and_then(Option::as_ref).is_some_and(
+                        |g| std::ptr::addr_eq(g.as_ref() as *const dyn DynGate, gate as *const dyn DynGate),
+                    );
+                if !same {
+                    return Err(GateError::Keys(format!(
+                        "{}: the key of node {node} was decoded ahead with another gate",
+                        self.path.display()
+                    )));
+                }
+                key
+            }
+        };
         key.map_err(|source| {
             GateError::from(BundleError::Decode { path: self.path.display().to_string(), node, source })
         })

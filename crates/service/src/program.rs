@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use engine::{DynGate, Graph, NodeGates};
+use engine::{Graph, NodeGates};
 
 use crate::bundle::fingerprint;
 use crate::descriptor::{Descriptor, Shape};
@@ -20,8 +20,9 @@ pub struct Program {
     pub desc: Descriptor,
     /// The program (a session's first step).
     pub graph: Graph,
-    /// Its gates (`None` for local nodes).
-    pub gates: Vec<Option<Box<dyn DynGate>>>,
+    /// Its gates (`None` for local nodes), shared with the threads that decode its keys
+    /// ahead ([`crate::BundleReader::decode_ahead`]).
+    pub gates: engine::layers::Gates,
     /// Its [`fingerprint`] (a session's [`session::identity`]).
     pub fingerprint: [u8; 32],
     /// Sections of a bundle for it.
@@ -52,7 +53,7 @@ impl Program {
             None => {
                 let fingerprint = fingerprint(&graph, desc.imp);
                 let sections = 2 + graph.gates();
-                Ok(Program { desc, graph, gates, fingerprint, sections, model: None })
+                Ok(Program { desc, graph, gates: Arc::new(gates), fingerprint, sections, model: None })
             }
             Some(_) => {
                 let Some(llama) = loaded.llama() else {
@@ -64,7 +65,14 @@ impl Program {
                     Self::session_shape(&desc),
                     &mut Default::default(),
                 )?;
-                Ok(Program { desc, graph, gates, fingerprint, sections, model: Some(Arc::new(loaded)) })
+                Ok(Program {
+                    desc,
+                    graph,
+                    gates: Arc::new(gates),
+                    fingerprint,
+                    sections,
+                    model: Some(Arc::new(loaded)),
+                })
             }
         }
     }

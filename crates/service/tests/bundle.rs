@@ -60,7 +60,17 @@ fn run(
     x: &[u64],
     r: &mut DealerRng,
 ) -> [Result<Vec<u64>, GateError>; 2] {
-    let gates = build(g, imp).unwrap();
+    run_with(g, &build(g, imp).unwrap(), keys, x, r)
+}
+
+/// [`run`] with the program's gates given.
+fn run_with(
+    g: &Graph,
+    gates: &[Option<Box<dyn engine::DynGate>>],
+    keys: [&mut (dyn KeySource + Send); 2],
+    x: &[u64],
+    r: &mut DealerRng,
+) -> [Result<Vec<u64>, GateError>; 2] {
     let (x0, x1) = share_input(x, g.n, r);
     let (tx0, rx1) = mpsc::channel::<Vec<u8>>();
     let (tx1, rx0) = mpsc::channel::<Vec<u8>>();
@@ -73,7 +83,6 @@ fn run(
     };
     let [k0, k1] = keys;
     std::thread::scope(|s| {
-        let gates = &gates;
         let h0 = s.spawn(move || run_party(g, gates, k0, &x0, link(tx0, rx0)).map(|p| p.output));
         let h1 = s.spawn(move || run_party(g, gates, k1, &x1, link(tx1, rx1)).map(|p| p.output));
         [h0.join().unwrap(), h1.join().unwrap()]
@@ -91,14 +100,34 @@ fn a_bundle_from_disk_gives_the_exact_result() {
     let (g, x) = program(&mut r);
     for (i, imp) in [Impl::Fusefss, Impl::Sigma].into_iter().enumerate() {
         let [p0, p1] = write(&d, &g, imp, id(i as u32), &mut r);
+        let gates = std::sync::Arc::new(build(&g, imp).unwrap());
+        let want = plain(&g, &gates, &x);
+        // One party reads as it goes, the other ahead on a thread, or decoding the keys
+        // there too: the same keys.
+        for decode in [false, true] {
+            let mut k0 = open(&p0, &g, imp, Party::P0).unwrap();
+            let mut k1 = open(&p1, &g, imp, Party::P1).unwrap();
+            if decode {
+                k1.decode_ahead(gates.clone());
+            } else {
+                k1.read_ahead();
+            }
+            assert_eq!(k0.header().descriptor, "test layer");
+            let [y0, y1] = run_with(&g, &gates, [&mut k0, &mut k1], &x, &mut r);
+            assert_eq!(reconstruct(&y0.unwrap(), &y1.unwrap(), g.n), want, "{imp:?}, decode ahead {decode}");
+        }
+        // Keys decoded ahead are asked for with other gates (a program built again): an
+        // error, not a key of another gate.
         let mut k0 = open(&p0, &g, imp, Party::P0).unwrap();
         let mut k1 = open(&p1, &g, imp, Party::P1).unwrap();
-        // One party reads ahead on a thread, the other as it goes: the same keys.
-        k1.read_ahead();
-        assert_eq!(k0.header().descriptor, "test layer");
-        let [y0, y1] = run(&g, imp, [&mut k0, &mut k1], &x, &mut r);
-        let want = plain(&g, &build(&g, imp).unwrap(), &x);
-        assert_eq!(reconstruct(&y0.unwrap(), &y1.unwrap(), g.n), want, "{imp:?}");
+        k1.decode_ahead(gates.clone());
+        let [_, y1] = run(&g, imp, [&mut k0, &mut k1], &x, &mut r);
+        assert!(y1.unwrap_err().to_string().contains("decoded ahead with another gate"));
+        // Not read to the end: the reading thread stops, its keys are dropped.
+        let mut k1 = open(&p1, &g, imp, Party::P1).unwrap();
+        k1.decode_ahead(gates.clone());
+        assert!(k1.input_mask().is_ok());
+        drop(k1);
     }
     let _ = std::fs::remove_dir_all(&d);
 }
@@ -137,7 +166,8 @@ fn damaged_and_foreign_bundles_are_refused() {
 
     // A flipped byte in a key section, and a truncated file: the run fails with a key error
     // on that party (and the other sees its peer go), never a wrong answer.
-    for (damage, ahead) in [(0usize, false), (1, false), (0, true), (1, true)] {
+    let gates = std::sync::Arc::new(build(&g, Impl::Fusefss).unwrap());
+    for (damage, ahead) in [0usize, 1].into_iter().flat_map(|d| [(d, 0), (d, 1), (d, 2)]) {
         let mut b = bytes.clone();
         if damage == 0 {
             let at = b.len() / 2;
@@ -148,10 +178,12 @@ fn damaged_and_foreign_bundles_are_refused() {
         std::fs::write(&bad, &b).unwrap();
         let mut k0 = open(&p0, &g, Impl::Fusefss, Party::P0).unwrap();
         let mut k1 = open(&bad, &g, Impl::Fusefss, Party::P1).unwrap();
-        if ahead {
-            k1.read_ahead();
+        match ahead {
+            1 => k1.read_ahead(),
+            2 => k1.decode_ahead(gates.clone()),
+            _ => {}
         }
-        let [y0, y1] = run(&g, Impl::Fusefss, [&mut k0, &mut k1], &x, &mut r);
+        let [y0, y1] = run_with(&g, &gates, [&mut k0, &mut k1], &x, &mut r);
         let e1 = y1.unwrap_err();
         assert!(matches!(e1, GateError::Keys(_)), "{e1}");
         assert!(e1.to_string().contains(if damage == 0 { "checksum" } else { "truncated" }), "{e1}");

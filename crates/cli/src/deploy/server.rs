@@ -592,10 +592,12 @@ impl Server {
 
     /// Run the online phase of a begun query and send its client the answer or the error.
     fn run_and_answer(&mut self, prog: &Program, keys: &mut BundleReader, mut h: Half<Conn>, id: BundleId) {
-        keys.read_ahead();
         if prog.desc.new.is_some() {
+            // (A session's steps have gates of their own: its keys are read ahead only.)
+            keys.read_ahead();
             return self.run_session(prog, keys, h, id);
         }
+        keys.decode_ahead(prog.gates.clone());
         let share = std::mem::take(&mut h.share);
         match self.online(prog, keys, &share, id) {
             Ok(a) => {
