@@ -26,6 +26,9 @@ pub enum EngineError {
     /// A key could not be decoded.
     #[error("key: {0}")]
     Decode(#[from] fss::DecodeError),
+    /// The dealer was asked to deal in a way that would leak.
+    #[error("dealer: {0}")]
+    Dealer(String),
 }
 
 impl EngineError {

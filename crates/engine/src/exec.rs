@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use fss::Party;
 use fss::ring::mask;
-use fss::rng::{DealerRng, Rng};
+pub use fss::rng::Split;
+use fss::rng::{DealerRng, Rng, SplitRng};
 use gates::dealer::{random_words, share};
 use gates::{Ctx, GateError};
 
@@ -226,6 +227,24 @@ pub fn deal_into(
     Ok(deal_step(g, gates, rng, sinks, &[], progress)?.0)
 }
 
+/// [`deal_into`] with the values of the gates whose keys are encoded seeded split as
+/// `seeded` says (the dealer's own choice is [`Split::Resplit`]): for the test that their
+/// bundles are the same as with a random split ([`Split::Random`] against
+/// [`Split::ResplitDrawing`]).
+///
+/// # Errors
+/// As [`deal_into`].
+#[doc(hidden)]
+pub fn deal_into_split(
+    g: &Graph,
+    gates: &[Option<Box<dyn DynGate>>],
+    rng: &mut DealerRng,
+    sinks: [&mut dyn KeySink; 2],
+    seeded: Split,
+) -> Result<DealReport, EngineError> {
+    Ok(deal_step_split(g, gates, rng, sinks, &[], |_, _| {}, seeded)?.0)
+}
+
 /// Carried value `slot` of `shape`.
 fn carried(slot: usize, shape: crate::graph::Shape, carried: &[Vec<u64>]) -> Result<&[u64], String> {
     match carried.get(slot) {
@@ -250,9 +269,30 @@ pub fn deal_step(
     rng: &mut DealerRng,
     sinks: [&mut dyn KeySink; 2],
     carried_masks: &[Vec<u64>],
+    progress: impl FnMut(usize, usize),
+) -> Result<(DealReport, Vec<Vec<u64>>), EngineError> {
+    deal_step_split(g, gates, rng, sinks, carried_masks, progress, Split::Resplit)
+}
+
+/// [`deal_step`] with the values of the gates whose keys are encoded seeded split as
+/// `seeded` says; every other gate's, and every key handed over as dealt, at random.
+fn deal_step_split(
+    g: &Graph,
+    gates: &[Option<Box<dyn DynGate>>],
+    rng: &mut DealerRng,
+    sinks: [&mut dyn KeySink; 2],
+    carried_masks: &[Vec<u64>],
     mut progress: impl FnMut(usize, usize),
+    seeded: Split,
 ) -> Result<(DealReport, Vec<Vec<u64>>), EngineError> {
     let [s0, s1] = sinks;
+    // The masks' shares are stored as they are dealt: the dealer's own generator splits at
+    // random (only a gate's generator may say otherwise, below).
+    if rng.split() != Split::Random {
+        return Err(EngineError::Dealer("its generator must split values at random".into()));
+    }
+    // Keys handed over as dealt, not encoded, keep the dealt split: it must be random.
+    let seeded = if s0.wants_bytes() && s1.wants_bytes() { seeded } else { Split::Random };
     let t = Instant::now();
     let n = g.n;
     // Masks of values that later nodes still read (freed after their last reader, once the
@@ -303,7 +343,7 @@ pub fn deal_step(
         masks.push(out);
         if pending.len() == batch || pending_elements >= BATCH_ELEMENTS || i + 1 == g.nodes.len() {
             pending_elements = 0;
-            let dealt = deal_batch(g, gates, &masks, &pending)?;
+            let dealt = deal_batch(g, gates, &masks, &pending, seeded)?;
             // Each party's key bytes: as encoded, or as the encoding would store them.
             let mut account = |node: usize, [b0, b1]: [u64; 2]| {
                 report.party_key_bits[0] += 8 * b0;
@@ -363,6 +403,7 @@ fn deal_batch(
     gates: &[Option<Box<dyn DynGate>>],
     masks: &[Vec<u64>],
     pending: &[Pending],
+    seeded: Split,
 ) -> Result<Vec<crate::layers::KeyPair>, EngineError> {
     use fss::rng::SeedableRng;
     use rayon::prelude::*;
@@ -370,10 +411,12 @@ fn deal_batch(
         let (i, node) = (*i, &g.nodes[*i]);
         let gate = gates[i].as_deref().expect("a gate node");
         let ins: Vec<&[u64]> = node.op.inputs().iter().map(|&v| masks[v].as_slice()).collect();
-        fss::rng::with_root_seeds(pads.as_ref(), || {
-            gate.keygen(&ins, &masks[i + 1], &mut DealerRng::from_seed(*seed))
-        })
-        .map_err(|e| EngineError::at(i, e))
+        // A gate whose keys are encoded seeded has its values split by its pads; the
+        // generator carries the mode into the gate's dealing (and nowhere else).
+        let split = if pads.is_some() { seeded } else { Split::Random };
+        let mut rng = DealerRng::from_seed(*seed).with_split(split);
+        fss::rng::with_root_seeds(pads.as_ref(), || gate.keygen(&ins, &masks[i + 1], &mut rng))
+            .map_err(|e| EngineError::at(i, e))
     };
     if pending.len() <= 1 {
         return pending.iter().map(one).collect();

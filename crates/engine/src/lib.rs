@@ -24,8 +24,8 @@ pub mod weights;
 
 pub use error::EngineError;
 pub use exec::{
-    DealReport, Dealt, KeySink, KeySource, PartyKeys, deal, deal_carried, deal_into, deal_step, online,
-    online_step, plain, plain_step, reconstruct, share_input,
+    DealReport, Dealt, KeySink, KeySource, PartyKeys, Split, deal, deal_carried, deal_into, deal_into_split,
+    deal_step, online, online_step, plain, plain_step, reconstruct, share_input,
 };
 pub use graph::{Graph, GraphError, Node, Op, Shape, ValueId};
 pub use layers::{DynGate, Impl, NodeGates, build};

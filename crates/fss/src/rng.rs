@@ -33,6 +33,47 @@ pub struct DealerRng {
     /// next word of it to hand out.
     words: Box<[u64; WORDS]>,
     next: usize,
+    /// How the dealer's values are split with this generator ([`SplitRng`]).
+    split: Split,
+}
+
+/// How the dealer splits a value `v` into additive shares with a generator
+/// (`gates::dealer::share`): a gate's dealing takes it from the generator it is given, so
+/// that it cannot leak into another dealing that runs on the same thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Split {
+    /// `(a, v − a)` with `a` uniform: keys used as they are dealt.
+    #[default]
+    Random,
+    /// `(0, v)`, nothing drawn: only for a gate whose keys go through the seeded encoding
+    /// (`gates::keyio::encode_pair`), which stores every share word as the value minus a
+    /// pad of one party's seed — the pads are the split, the dealt one never reaches a key
+    /// (drawing `a` cost the dealer AES for nothing).
+    Resplit,
+    /// As [`Split::Resplit`], drawing and discarding the words [`Split::Random`] draws, so
+    /// that the rest of the dealing sees the same stream: for the test that seeded bundles
+    /// are byte for byte the same with a random split.
+    ResplitDrawing,
+}
+
+/// A generator that also says how values dealt with it are split.
+pub trait SplitRng: CryptoRng {
+    /// The split mode.
+    fn split(&self) -> Split;
+}
+
+impl SplitRng for DealerRng {
+    fn split(&self) -> Split {
+        self.split
+    }
+}
+
+impl DealerRng {
+    /// This generator, splitting values as `mode` says ([`Split`]).
+    pub fn with_split(mut self, mode: Split) -> DealerRng {
+        self.split = mode;
+        self
+    }
 }
 
 /// 64-bit words a [`DealerRng`] generates at a time (two per AES block).
@@ -89,7 +130,7 @@ impl SeedableRng for DealerRng {
         let cipher = Aes128Enc::new(&key.into());
         key.zeroize();
         seed.zeroize();
-        DealerRng { cipher, counter, words: Box::new([0; WORDS]), next: WORDS }
+        DealerRng { cipher, counter, words: Box::new([0; WORDS]), next: WORDS, split: Split::Random }
     }
 }
 

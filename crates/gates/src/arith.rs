@@ -6,7 +6,7 @@
 
 use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
-use fss::rng::CryptoRng;
+use fss::rng::SplitRng;
 use fss::{DecodeError, Party};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
@@ -105,7 +105,7 @@ impl Gate for Mul {
         *self
     }
 
-    fn keygen<R: CryptoRng + ?Sized>(
+    fn keygen<R: SplitRng + ?Sized>(
         &self,
         masks_in: &[&[u64]],
         mask_out: &[u64],
@@ -214,7 +214,7 @@ impl Gate for Square {
         *self
     }
 
-    fn keygen<R: CryptoRng + ?Sized>(
+    fn keygen<R: SplitRng + ?Sized>(
         &self,
         masks_in: &[&[u64]],
         mask_out: &[u64],
@@ -331,7 +331,7 @@ impl Gate for MatMul {
         *self
     }
 
-    fn keygen<R: CryptoRng + ?Sized>(
+    fn keygen<R: SplitRng + ?Sized>(
         &self,
         masks_in: &[&[u64]],
         mask_out: &[u64],
@@ -440,7 +440,7 @@ impl Gate for BatchedMatMul {
         *self
     }
 
-    fn keygen<R: CryptoRng + ?Sized>(
+    fn keygen<R: SplitRng + ?Sized>(
         &self,
         masks_in: &[&[u64]],
         mask_out: &[u64],

@@ -16,7 +16,7 @@
 use fss::codec::{BitReader, BitWriter};
 use fss::dcf::{self, DcfKeys, DcfParams};
 use fss::ring::mask;
-use fss::rng::CryptoRng;
+use fss::rng::SplitRng;
 use fss::share::AddShare;
 use fss::{DecodeError, Party};
 use zeroize::{Zeroize, ZeroizeOnDrop};
@@ -83,7 +83,7 @@ impl CentredSumSq {
     ///
     /// # Errors
     /// [`GateError`] on bad parameters or lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         r_mu: &[u64],

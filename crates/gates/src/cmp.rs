@@ -6,7 +6,7 @@ use fss::bitdpf::{self, BitDpfKeys, BitDpfParams, CmpShares};
 use fss::codec::{BitReader, BitWriter};
 use fss::dcf::{self, DcfKeys, DcfParams};
 use fss::ring::mask;
-use fss::rng::CryptoRng;
+use fss::rng::SplitRng;
 use fss::{AddShare, DecodeError, Party, XorBit, compare};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
@@ -71,7 +71,7 @@ impl Drelu {
     ///
     /// # Errors
     /// [`GateError`] on mismatched lengths or a width below 2.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],
@@ -135,7 +135,7 @@ impl Gate for Drelu {
         *self
     }
 
-    fn keygen<R: CryptoRng + ?Sized>(
+    fn keygen<R: SplitRng + ?Sized>(
         &self,
         masks_in: &[&[u64]],
         mask_out: &[u64],
@@ -221,7 +221,7 @@ impl Relu {
     ///
     /// # Errors
     /// [`GateError`] on mismatched lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],
@@ -276,7 +276,7 @@ impl Gate for Relu {
         *self
     }
 
-    fn keygen<R: CryptoRng + ?Sized>(
+    fn keygen<R: SplitRng + ?Sized>(
         &self,
         masks_in: &[&[u64]],
         mask_out: &[u64],
@@ -378,7 +378,7 @@ impl ReluDcf {
     ///
     /// # Errors
     /// [`GateError`] on bad widths or lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],
@@ -549,7 +549,7 @@ impl Gate for Interval {
         *self
     }
 
-    fn keygen<R: CryptoRng + ?Sized>(
+    fn keygen<R: SplitRng + ?Sized>(
         &self,
         masks_in: &[&[u64]],
         mask_out: &[u64],
@@ -711,7 +711,7 @@ impl MaxTree {
     /// # Errors
     /// [`GateError`] on bad lengths, an empty row, or a target for a one-entry row that
     /// differs from its input mask.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         target: Option<&[u64]>,
@@ -848,7 +848,7 @@ impl Gate for RowMax {
         self.tree()
     }
 
-    fn keygen<R: CryptoRng + ?Sized>(
+    fn keygen<R: SplitRng + ?Sized>(
         &self,
         masks_in: &[&[u64]],
         mask_out: &[u64],

@@ -1,13 +1,13 @@
 //! The dealer's helpers: masks and additive / XOR secret sharing.
 
 use fss::ring::mask;
-use fss::rng::CryptoRng;
+use fss::rng::{Split, SplitRng};
 use zeroize::Zeroize;
 
 /// `count` uniform words of `bits` bits: as `count` calls of `next_u64`, masked (the
 /// generator's byte stream is its words, little-endian), taken in bulk through
 /// `fill_bytes` (`fss::rng::DealerRng` hands out a refill at a time).
-pub fn random_words<R: CryptoRng + ?Sized>(rng: &mut R, count: usize, bits: u32) -> Vec<u64> {
+pub fn random_words<R: SplitRng + ?Sized>(rng: &mut R, count: usize, bits: u32) -> Vec<u64> {
     /// Words per `fill_bytes` call (a stack buffer of 2 KB).
     const BATCH: usize = 256;
     let m = mask(bits);
@@ -26,7 +26,7 @@ pub fn random_words<R: CryptoRng + ?Sized>(rng: &mut R, count: usize, bits: u32)
 }
 
 /// `count` uniform bits.
-pub fn random_bits<R: CryptoRng + ?Sized>(rng: &mut R, count: usize) -> Vec<bool> {
+pub fn random_bits<R: SplitRng + ?Sized>(rng: &mut R, count: usize) -> Vec<bool> {
     let mut out = Vec::with_capacity(count);
     while out.len() < count {
         let w = rng.next_u64();
@@ -35,16 +35,26 @@ pub fn random_bits<R: CryptoRng + ?Sized>(rng: &mut R, count: usize) -> Vec<bool
     out
 }
 
-/// Additive shares of every value mod `2^bits`: `(a, v − a)` with `a` uniform.
-pub fn share<R: CryptoRng + ?Sized>(rng: &mut R, values: &[u64], bits: u32) -> (Vec<u64>, Vec<u64>) {
+/// Additive shares of every value mod `2^bits`: `(a, v − a)` with `a` uniform, or `(0, v)`
+/// where the generator says that the seeded encoding splits them ([`Split::Resplit`]).
+pub fn share<R: SplitRng + ?Sized>(rng: &mut R, values: &[u64], bits: u32) -> (Vec<u64>, Vec<u64>) {
     let m = mask(bits);
+    match rng.split() {
+        Split::Random => {}
+        mode => {
+            if mode == Split::ResplitDrawing {
+                random_words(rng, values.len(), bits).zeroize();
+            }
+            return (vec![0; values.len()], values.iter().map(|&v| v & m).collect());
+        }
+    }
     let a = random_words(rng, values.len(), bits);
     let b = values.iter().zip(&a).map(|(&v, &a)| v.wrapping_sub(a) & m).collect();
     (a, b)
 }
 
 /// XOR shares of every bit.
-pub fn share_bits<R: CryptoRng + ?Sized>(rng: &mut R, values: &[bool]) -> (Vec<bool>, Vec<bool>) {
+pub fn share_bits<R: SplitRng + ?Sized>(rng: &mut R, values: &[bool]) -> (Vec<bool>, Vec<bool>) {
     let a = random_bits(rng, values.len());
     let b = values.iter().zip(&a).map(|(&v, &a)| v ^ a).collect();
     (a, b)

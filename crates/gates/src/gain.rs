@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
-use fss::rng::CryptoRng;
+use fss::rng::SplitRng;
 use fss::{DecodeError, Party, Ring};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
@@ -141,7 +141,7 @@ impl DeferredGain {
     ///
     /// # Errors
     /// [`GateError`] on bad parameters or lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],

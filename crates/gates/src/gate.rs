@@ -1,6 +1,6 @@
 //! The gate interface shared by the harness, the tests and the benchmarks.
 
-use fss::rng::CryptoRng;
+use fss::rng::SplitRng;
 
 use crate::error::GateError;
 use crate::keyio::GateKey;
@@ -43,7 +43,7 @@ pub trait Gate {
     ///
     /// # Errors
     /// [`GateError`] if the masks do not fit the gate's shape.
-    fn keygen<R: CryptoRng + ?Sized>(
+    fn keygen<R: SplitRng + ?Sized>(
         &self,
         masks_in: &[&[u64]],
         mask_out: &[u64],

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use fss::Party;
 use fss::ring::mask;
-use fss::rng::CryptoRng;
+use fss::rng::SplitRng;
 
 use crate::dealer::random_words;
 use crate::error::{GateError, check_len};
@@ -63,7 +63,7 @@ impl Report {
 ///
 /// # Errors
 /// Any [`GateError`] of the dealer or the parties.
-pub fn run<G: Gate, R: CryptoRng + ?Sized>(
+pub fn run<G: Gate, R: SplitRng + ?Sized>(
     gate: &G,
     inputs: &[&[u64]],
     rng: &mut R,
@@ -80,7 +80,7 @@ pub fn run<G: Gate, R: CryptoRng + ?Sized>(
 ///
 /// # Errors
 /// Any [`GateError`] of the dealer or the parties.
-pub fn run_with_masks<G: Gate, R: CryptoRng + ?Sized>(
+pub fn run_with_masks<G: Gate, R: SplitRng + ?Sized>(
     gate: &G,
     inputs: &[&[u64]],
     masks_in: &[&[u64]],

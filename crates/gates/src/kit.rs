@@ -69,7 +69,7 @@ macro_rules! unary {
                 self.clone()
             }
 
-            fn keygen<R: CryptoRng + ?Sized>(
+            fn keygen<R: SplitRng + ?Sized>(
                 &self,
                 masks_in: &[&[u64]],
                 mask_out: &[u64],

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use fss::bitdpf::{self, BitDpfKeys, BitDpfParams};
 use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
-use fss::rng::CryptoRng;
+use fss::rng::SplitRng;
 use fss::{DecodeError, Party};
 use rayon::prelude::*;
 use zeroize::{Zeroize, ZeroizeOnDrop};
@@ -109,7 +109,7 @@ impl Lut {
     ///
     /// # Errors
     /// [`GateError`] on bad parameters or lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],
@@ -259,7 +259,7 @@ impl Gate for Lut {
         self.clone()
     }
 
-    fn keygen<R: CryptoRng + ?Sized>(
+    fn keygen<R: SplitRng + ?Sized>(
         &self,
         masks_in: &[&[u64]],
         mask_out: &[u64],

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use fss::codec::{BitReader, BitWriter};
 use fss::dcf::{self, DcfKeys, DcfParams};
 use fss::ring::mask;
-use fss::rng::CryptoRng;
+use fss::rng::SplitRng;
 use fss::{AddShare, DecodeError, Party, Ring};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
@@ -106,7 +106,7 @@ impl Clip {
     ///
     /// # Errors
     /// [`GateError`] on bad parameters or lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],
@@ -228,7 +228,7 @@ impl TruncReduceDcf {
     ///
     /// # Errors
     /// [`GateError`] on bad parameters or lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],
@@ -365,7 +365,7 @@ impl ArsSlackDcf {
     ///
     /// # Errors
     /// [`GateError`] on bad parameters or lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],
@@ -573,7 +573,7 @@ impl ReluResidual {
     ///
     /// # Errors
     /// [`GateError`] on bad lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],
@@ -744,7 +744,7 @@ impl NExp {
     ///
     /// # Errors
     /// [`GateError`] on bad lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],
@@ -868,7 +868,7 @@ impl Reciprocal {
     ///
     /// # Errors
     /// [`GateError`] on bad lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],

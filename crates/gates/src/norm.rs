@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
-use fss::rng::CryptoRng;
+use fss::rng::SplitRng;
 use fss::{DecodeError, Party};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
@@ -74,7 +74,7 @@ impl SumSq {
     ///
     /// # Errors
     /// [`GateError::Length`] on bad lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],
@@ -138,7 +138,7 @@ impl Gate for SumSq {
         *self
     }
 
-    fn keygen<R: CryptoRng + ?Sized>(
+    fn keygen<R: SplitRng + ?Sized>(
         &self,
         masks_in: &[&[u64]],
         mask_out: &[u64],
@@ -516,7 +516,7 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
     ///
     /// # Errors
     /// [`GateError`] on bad parameters or lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],
@@ -560,7 +560,7 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
     ///
     /// # Errors
     /// [`GateError`] on bad parameters or lengths.
-    pub(crate) fn deal_tail<R: CryptoRng + ?Sized>(
+    pub(crate) fn deal_tail<R: SplitRng + ?Sized>(
         &self,
         rt: &[u64],
         rv: &[u64],
@@ -682,7 +682,7 @@ impl<M: UnaryFamily, Q: UnaryFamily> Gate for Norm<M, Q> {
         self.clone()
     }
 
-    fn keygen<R: CryptoRng + ?Sized>(
+    fn keygen<R: SplitRng + ?Sized>(
         &self,
         masks_in: &[&[u64]],
         mask_out: &[u64],

@@ -16,7 +16,7 @@
 
 use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
-use fss::rng::CryptoRng;
+use fss::rng::SplitRng;
 use fss::{DecodeError, Party};
 use zeroize::Zeroize;
 
@@ -135,7 +135,7 @@ impl<M: UnaryFamily, Q: UnaryFamily> Gate for ResidualNorm<M, Q> {
 
     seam_wires!(ResidualNorm);
 
-    fn keygen<R: CryptoRng + ?Sized>(
+    fn keygen<R: SplitRng + ?Sized>(
         &self,
         masks_in: &[&[u64]],
         mask_out: &[u64],
@@ -281,7 +281,7 @@ impl<M: UnaryFamily, Q: UnaryFamily> Gate for DeferredResidualNorm<M, Q> {
 
     seam_wires!(DeferredResidualNorm);
 
-    fn keygen<R: CryptoRng + ?Sized>(
+    fn keygen<R: SplitRng + ?Sized>(
         &self,
         masks_in: &[&[u64]],
         mask_out: &[u64],

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use fss::codec::{BitReader, BitWriter};
 use fss::dcf::{self, DcfKeys, DcfParams};
 use fss::ring::mask;
-use fss::rng::CryptoRng;
+use fss::rng::SplitRng;
 use fss::{AddShare, DecodeError, Party};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
@@ -142,7 +142,7 @@ impl Rsqrt {
     ///
     /// # Errors
     /// [`GateError`] on bad lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],

@@ -12,7 +12,7 @@
 
 use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
-use fss::rng::CryptoRng;
+use fss::rng::SplitRng;
 use fss::{DecodeError, Party};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
@@ -70,7 +70,7 @@ impl Select {
     ///
     /// # Errors
     /// [`GateError::Length`] on mismatched lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         rb: &[u64],
         ry: &[u64],
@@ -132,7 +132,7 @@ impl Gate for Select {
         *self
     }
 
-    fn keygen<R: CryptoRng + ?Sized>(
+    fn keygen<R: SplitRng + ?Sized>(
         &self,
         masks_in: &[&[u64]],
         mask_out: &[u64],
@@ -234,7 +234,7 @@ impl Gate for B2A {
         *self
     }
 
-    fn keygen<R: CryptoRng + ?Sized>(
+    fn keygen<R: SplitRng + ?Sized>(
         &self,
         masks_in: &[&[u64]],
         mask_out: &[u64],

@@ -9,7 +9,7 @@
 use fss::bitdpf::{self, BitDpfKeys, BitDpfParams, CmpShares};
 use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
-use fss::rng::CryptoRng;
+use fss::rng::SplitRng;
 use fss::{DecodeError, Party, Ring};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
@@ -30,7 +30,7 @@ pub(crate) struct MaskedBitKey {
 
 /// Deal a [`MaskedBitKey`] pair for the points `alpha` (`cmp_bits` wide): the keys and the
 /// bits `z` that mask the opened comparisons.
-pub(crate) fn deal_masked_bits<R: CryptoRng + ?Sized>(
+pub(crate) fn deal_masked_bits<R: SplitRng + ?Sized>(
     cmp_bits: u32,
     alpha: &[u64],
     rng: &mut R,
@@ -94,7 +94,7 @@ pub(crate) struct CarryKey {
 
 impl Carry {
     /// Deal: `alpha` the comparison points, `v[c]` the correction when the bit is `c`.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         alpha: &[u64],
         v: [&[u64]; 2],
@@ -203,7 +203,7 @@ impl TruncReduce {
     ///
     /// # Errors
     /// [`GateError`] on bad parameters or lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],
@@ -314,7 +314,7 @@ impl ArsSlack {
     ///
     /// # Errors
     /// [`GateError`] on bad parameters or lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],
@@ -413,7 +413,7 @@ impl Extend {
     ///
     /// # Errors
     /// [`GateError`] on bad parameters or lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],
@@ -522,7 +522,7 @@ impl ShiftExact {
     ///
     /// # Errors
     /// [`GateError`] on bad parameters or lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],
@@ -629,7 +629,7 @@ impl Gate for ArsSign {
         *self
     }
 
-    fn keygen<R: CryptoRng + ?Sized>(
+    fn keygen<R: SplitRng + ?Sized>(
         &self,
         masks_in: &[&[u64]],
         mask_out: &[u64],

@@ -5,7 +5,7 @@
 
 use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
-use fss::rng::CryptoRng;
+use fss::rng::SplitRng;
 use fss::{DecodeError, Party};
 use zeroize::Zeroize;
 
@@ -210,7 +210,7 @@ impl<E: UnaryFamily, Q: UnaryFamily> Softmax<E, Q> {
     ///
     /// # Errors
     /// [`GateError`] on bad parameters or lengths.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],
@@ -331,7 +331,7 @@ impl<E: UnaryFamily, Q: UnaryFamily> Gate for Softmax<E, Q> {
         self.clone()
     }
 
-    fn keygen<R: CryptoRng + ?Sized>(
+    fn keygen<R: SplitRng + ?Sized>(
         &self,
         masks_in: &[&[u64]],
         mask_out: &[u64],

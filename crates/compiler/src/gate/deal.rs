@@ -4,7 +4,7 @@ use fss::Party;
 use fss::bitdpf::{self, BitDpfKeys};
 use fss::dcf::{self, DcfKeys};
 use fss::ring::mask;
-use fss::rng::CryptoRng;
+use fss::rng::SplitRng;
 use gates::GateError;
 use gates::dealer::{random_bits, random_words, share, share_bits};
 
@@ -18,7 +18,7 @@ use crate::word_column::WordColumn;
 
 /// Both parties' keys of `g` for input masks `r` and output masks `rout` (output-major).
 /// Only the low `in_bits` bits of each input mask are used.
-pub(super) fn deal<R: CryptoRng + ?Sized>(
+pub(super) fn deal<R: SplitRng + ?Sized>(
     g: GateRef<'_>,
     r: &[u64],
     rout: &[u64],
@@ -68,7 +68,7 @@ pub(super) fn deal<R: CryptoRng + ?Sized>(
 /// Per family, both parties' comparison keys for input masks `r`, and (per-threshold
 /// keying only) their XOR shares of the carries.
 #[allow(clippy::type_complexity)]
-fn comparison_keys<R: CryptoRng + ?Sized>(
+fn comparison_keys<R: SplitRng + ?Sized>(
     p: &Program,
     r: &[u64],
     rng: &mut R,
@@ -153,7 +153,7 @@ impl Secrets<'_> {
 
 /// Both parties' shares of every dealer word of `p` for `len` elements (plus its output
 /// mask from `rout`, where it carries one).
-fn dealer_words<R: CryptoRng + ?Sized>(
+fn dealer_words<R: SplitRng + ?Sized>(
     p: &Program,
     len: usize,
     s: &Secrets<'_>,
@@ -200,7 +200,7 @@ fn table_point(n: u32, t: &TablePlan, r: u64, z: &[Vec<bool>], e: usize) -> u64 
 
 /// Both parties' DCF lookup keys and base shares (none without a DCF lookup).
 #[allow(clippy::type_complexity)]
-fn lookup_dcf_keys<R: CryptoRng + ?Sized>(
+fn lookup_dcf_keys<R: SplitRng + ?Sized>(
     g: GateRef<'_>,
     r: &[u64],
     rng: &mut R,

@@ -20,7 +20,7 @@
 
 use std::sync::Arc;
 
-use fss::rng::CryptoRng;
+use fss::rng::SplitRng;
 use gates::{Ctx, Gate, GateError};
 
 use crate::program::Program;
@@ -77,7 +77,7 @@ impl CompiledGate {
     ///
     /// # Errors
     /// [`GateError`] on bad lengths or masks out of range.
-    pub fn deal<R: CryptoRng + ?Sized>(
+    pub fn deal<R: SplitRng + ?Sized>(
         &self,
         r: &[u64],
         rout: &[u64],
@@ -143,7 +143,7 @@ impl Gate for CompiledGate {
         CompiledShape { program: self.program.clone(), len: self.len }
     }
 
-    fn keygen<R: CryptoRng + ?Sized>(
+    fn keygen<R: SplitRng + ?Sized>(
         &self,
         masks_in: &[&[u64]],
         mask_out: &[u64],
