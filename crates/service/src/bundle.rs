@@ -659,6 +659,25 @@ enum Body {
     Key(Result<Box<dyn Any + Send>, fss::DecodeError>),
 }
 
+impl RawSection {
+    /// A gate section's key decoded with its node's gate of `gates` (other sections, and a
+    /// node `gates` has no gate for, stay bytes).
+    fn decode(
+        &mut self,
+        gates: &engine::layers::Gates,
+        party: Party,
+        recycle: &std::sync::mpsc::Sender<KeyBytes>,
+    ) {
+        let Some(Some(gate)) = gates.get(self.node as usize).filter(|_| self.kind == KIND_GATE) else {
+            return;
+        };
+        let empty = Body::Bytes(KeyBytes::from_vec(Vec::new()));
+        if let Body::Bytes(bytes) = std::mem::replace(&mut self.body, empty) {
+            self.body = Body::Key(decode_gate(gate.as_ref(), party, bytes, recycle));
+        }
+    }
+}
+
 impl Body {
     fn len(&self) -> Option<usize> {
         match self {
@@ -852,24 +871,7 @@ impl BundleReader {
     /// the computation and the waits for the other server instead of adding to them. The
     /// keys are still decoded, used and wiped one by one by the online phase.
     pub fn read_ahead(&mut self) {
-        let placeholder = Input::Ahead(std::sync::mpsc::sync_channel(0).1);
-        let Input::Direct(mut input, mut bufs) = std::mem::replace(&mut self.input, placeholder) else {
-            return;
-        };
-        let (tx, rx) = std::sync::mpsc::sync_channel(READ_AHEAD);
-        let (path, mut remaining) = (self.path.clone(), self.header.sections - self.read);
-        std::thread::spawn(move || {
-            loop {
-                let r = next_raw(&mut input, &mut bufs, &path, remaining);
-                let last = !matches!(r, Ok(Some(_)));
-                // A closed channel: the online phase stopped early; stop reading.
-                if tx.send(r).is_err() || last {
-                    return;
-                }
-                remaining -= 1;
-            }
-        });
-        self.input = Input::Ahead(rx);
+        self.ahead(READ_AHEAD, None);
     }
 
     /// As [`BundleReader::read_ahead`], the thread also decoding each gate's key (with
@@ -881,26 +883,25 @@ impl BundleReader {
     /// handed over is dropped with the channel). For one program's bundle only: a
     /// session's programs have gates of their own ([`crate::session`]).
     pub fn decode_ahead(&mut self, gates: engine::layers::Gates) {
+        self.decoding = Some(gates.clone());
+        self.ahead(1, Some(gates));
+    }
+
+    /// Read the rest of the bundle on a thread, at most `depth` sections ahead, decoding
+    /// the gates' keys there with `gates` if given.
+    fn ahead(&mut self, depth: usize, gates: Option<engine::layers::Gates>) {
         let placeholder = Input::Ahead(std::sync::mpsc::sync_channel(0).1);
         let Input::Direct(mut input, mut bufs) = std::mem::replace(&mut self.input, placeholder) else {
             return;
         };
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let (tx, rx) = std::sync::mpsc::sync_channel(depth);
         let (path, mut remaining) = (self.path.clone(), self.header.sections - self.read);
         let (party, recycle) = (self.header.party, self.recycle.clone());
-        self.decoding = Some(gates.clone());
         std::thread::spawn(move || {
             loop {
                 let mut r = next_raw(&mut input, &mut bufs, &path, remaining);
-                if let Ok(Some(s)) = &mut r
-                    && s.kind == KIND_GATE
-                    && let Some(Some(gate)) = gates.get(s.node as usize)
-                {
-                    // (A section as read holds bytes: taken out, decoded, put back as the key.)
-                    let empty = Body::Bytes(KeyBytes::from_vec(Vec::new()));
-                    if let Body::Bytes(bytes) = std::mem::replace(&mut s.body, empty) {
-                        s.body = Body::Key(decode_gate(gate.as_ref(), party, bytes, &recycle));
-                    }
+                if let (Some(gates), Ok(Some(s))) = (&gates, &mut r) {
+                    s.decode(gates, party, &recycle);
                 }
                 let last = !matches!(r, Ok(Some(_)));
                 // A closed channel: the online phase stopped early; stop reading.
