@@ -104,7 +104,7 @@ impl Drop for SharedSection {
 /// memory the size of the largest sections (peak memory of `bench model --model minilm
 /// --seq 128 --impl both --reps 1 --warmup 0`, FuseFSS / SIGMA: 3.14 / 3.79 GB with bodies
 /// freed unwiped, 3.50 / 4.51 GB keeping four, 3.39 / 3.93 GB keeping one).
-const KEPT: usize = 3;
+const KEPT: usize = 1;
 
 /// A reader's buffers: those the online phase handed back (through the [`Sender`] of
 /// [`Buffers::new`]) wait here to be refilled.
