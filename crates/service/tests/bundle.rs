@@ -123,10 +123,11 @@ fn a_bundle_from_disk_gives_the_exact_result() {
         k1.decode_ahead(gates.clone());
         let [_, y1] = run(&g, imp, [&mut k0, &mut k1], &x, &mut r);
         assert!(y1.unwrap_err().to_string().contains("decoded ahead with another gate"));
-        // Not read to the end: the reading thread stops, its keys are dropped.
+        // The mask sections still come as masks from a decoding reader, and one dropped
+        // part way (its thread then stops at its next send) is no error.
         let mut k1 = open(&p1, &g, imp, Party::P1).unwrap();
         k1.decode_ahead(gates.clone());
-        assert!(k1.input_mask().is_ok());
+        assert_eq!(k1.input_mask().unwrap().len(), g.input.len());
         drop(k1);
     }
     let _ = std::fs::remove_dir_all(&d);
