@@ -95,7 +95,8 @@ pub struct OpsBenchArgs {
     #[arg(long, default_value_t = 0)]
     quantum: u32,
     /// Compiled GeLU and SiLU: read the residual from rows of `2^rows` ulps instead
-    /// (`library::gelu_rows`; 0 keeps the exactly rounded or `--quantum` spec); `e^{−x}`:
+    /// (`library::gelu_rows`; 0 keeps the exactly rounded or `--quantum` spec; `gelu_fine`:
+    /// `library::gelu_rows_fine`, the two rows beside 0 halved, rows of 2^7 at 0); `e^{−x}`:
     /// the softmax's table in rows of `2^rows` ulps (`library::nexp_rows_nonneg`, with
     /// `--split true` as the softmax reads it).
     #[arg(long, default_value_t = 0)]
@@ -165,6 +166,7 @@ const OPS: &[(&str, bool, bool)] = &[
     ("ars_sign", true, true),
     ("lut8", true, false),
     ("gelu", true, true),
+    ("gelu_fine", false, true),
     ("gelu_mode0", true, true),
     ("gelu_tanh", false, true),
     ("silu", true, true),
@@ -676,8 +678,8 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
             a,
             rng,
         ),
-        "gelu" | "gelu_mode0" | "gelu_tanh" | "silu" => {
-            let in_bits = if op == "gelu" { m1 } else { n };
+        "gelu" | "gelu_fine" | "gelu_mode0" | "gelu_tanh" | "silu" => {
+            let in_bits = if op == "gelu" || op == "gelu_fine" { m1 } else { n };
             let (spec, func) = match op {
                 "silu" if a.rows > 0 => (library::silu_rows(in_bits, n, f, a.rows), Function::Silu),
                 "silu" => (library::silu_coarse(in_bits, n, f, a.quantum), Function::Silu),
@@ -686,6 +688,11 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
                 }
                 "gelu_tanh" => {
                     (library::gelu_coarse(in_bits, n, f, GeluForm::Tanh, a.quantum), Function::GeluTanh)
+                }
+                // The models' rows (7) unless `--rows` says otherwise.
+                "gelu_fine" => {
+                    let rows = if a.rows > 0 { a.rows } else { 7 };
+                    (library::gelu_rows_fine(in_bits, n, f, GeluForm::Erf, rows), Function::Gelu)
                 }
                 _ if a.rows > 0 => (library::gelu_rows(in_bits, n, f, GeluForm::Erf, a.rows), Function::Gelu),
                 _ => (library::gelu_coarse(in_bits, n, f, GeluForm::Erf, a.quantum), Function::Gelu),
