@@ -95,8 +95,9 @@ pub struct OpsBenchArgs {
     #[arg(long, default_value_t = 0)]
     quantum: u32,
     /// Compiled GeLU and SiLU: read the residual from rows of `2^rows` ulps instead
-    /// (`library::gelu_rows`; 0 keeps the exactly rounded or `--quantum` spec; `gelu_fine`:
-    /// `library::gelu_rows_fine`, the two rows beside 0 halved, rows of 2^7 at 0); `e^{−x}`:
+    /// (`library::gelu_rows`; 0 keeps the exactly rounded or `--quantum` spec; `gelu_fine`
+    /// always reads rows, `library::gelu_rows_fine` with the two beside 0 halved, and 0
+    /// takes the models' `composite::GELU_ROW_BITS`); `e^{−x}`:
     /// the softmax's table in rows of `2^rows` ulps (`library::nexp_rows_nonneg`, with
     /// `--split true` as the softmax reads it).
     #[arg(long, default_value_t = 0)]
@@ -689,9 +690,9 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
                 "gelu_tanh" => {
                     (library::gelu_coarse(in_bits, n, f, GeluForm::Tanh, a.quantum), Function::GeluTanh)
                 }
-                // The models' rows (7) unless `--rows` says otherwise.
+                // The models' rows unless `--rows` says otherwise.
                 "gelu_fine" => {
-                    let rows = if a.rows > 0 { a.rows } else { 7 };
+                    let rows = if a.rows > 0 { a.rows } else { composite::GELU_ROW_BITS };
                     (library::gelu_rows_fine(in_bits, n, f, GeluForm::Erf, rows), Function::Gelu)
                 }
                 _ if a.rows > 0 => (library::gelu_rows(in_bits, n, f, GeluForm::Erf, a.rows), Function::Gelu),
