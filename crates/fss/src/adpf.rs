@@ -518,12 +518,7 @@ impl AdpfKeys {
         let m = points.len();
         let prg = Prg::global();
         let mut w = Walk::new(m, |k| self.tree.roots[key(k)], self.party.bit());
-        let mut enc = w.buffers();
-        for i in 0..levels {
-            let shift = d - 1 - i;
-            w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
-            w.descend_all::<false>(&enc, &self.tree, i, &key, points, shift);
-        }
+        w.descend_levels::<false>(&self.tree, 0..levels, &key, points, d);
         // The ⌈K/2⌉ conversion blocks from ⌊v·K/2⌋ hold the point's K words; block-major.
         let (nb, mp) = (kw.div_ceil(2), pad(m));
         let low = mask(p.et_levels);

@@ -256,14 +256,8 @@ impl DpfKeys {
     fn eval_chunk(&self, key: impl Fn(usize) -> usize, points: &[u64], out: &mut [AddShare]) {
         let n = self.params.domain_bits;
         let m = points.len();
-        let prg = Prg::global();
         let mut w = Walk::new(m, |k| self.tree.roots[key(k)], self.party.bit());
-        let mut enc = w.buffers();
-        for i in 0..n {
-            let shift = n - 1 - i;
-            w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
-            w.descend_all::<false>(&enc, &self.tree, i, &key, points, shift);
-        }
+        w.descend_levels::<false>(&self.tree, 0..n, &key, points, n);
         for (k, o) in out.iter_mut().enumerate() {
             *o = self.output(key(k), w.seed(k), (w.t[k] & 1) as u8);
         }

@@ -64,7 +64,7 @@ impl HashKey {
 
 /// `K_j = SHA-256("fss-theory/prg/key/" ‖ j)[0..16]`, the public keys of the convention
 /// (docs/design/fss-building-blocks.md §2.2); the known-answer tests pin them.
-const FIXED_KEYS: [[u8; 16]; 4] = [
+pub(crate) const FIXED_KEYS: [[u8; 16]; 4] = [
     [0x4e, 0xcd, 0xc3, 0x82, 0x95, 0x66, 0x9a, 0xc1, 0xe3, 0x75, 0x2d, 0xe6, 0x80, 0xed, 0x14, 0x81],
     [0x84, 0xb6, 0xcf, 0x37, 0xaa, 0x8d, 0x0a, 0xec, 0x6f, 0x87, 0x52, 0xc9, 0x9b, 0xf3, 0x8c, 0xa9],
     [0x33, 0xad, 0x54, 0xfd, 0x2a, 0x63, 0xdd, 0xf0, 0x98, 0x7e, 0x86, 0x63, 0x41, 0x58, 0x8e, 0xd7],
@@ -78,6 +78,12 @@ static AES_BLOCKS: AtomicU64 = AtomicU64::new(0);
 /// benchmarks' measure of FSS work (`aes_blocks`), taken before and after what they time.
 pub fn aes_blocks() -> u64 {
     AES_BLOCKS.load(Ordering::Relaxed)
+}
+
+/// Count `n` blocks encrypted outside [`Prg`] (the fused walk's own AES rounds).
+#[inline]
+pub(crate) fn count_blocks(n: u64) {
+    AES_BLOCKS.fetch_add(n, Ordering::Relaxed);
 }
 
 /// The four fixed-key AES instances. Use [`Prg::global`]; the key schedules are computed once.

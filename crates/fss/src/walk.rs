@@ -1,15 +1,19 @@
 //! The level-synchronous walk shared by the batched evaluators.
 //!
 //! A chunk of lanes (a key and a point each) descends the trees together. At every level
-//! each lane needs `H_c(s)` for its own direction `c`; the walk computes *both* children of
-//! every lane with two whole-chunk AES calls and selects with masks. That doubles the AES
-//! work of a level but keeps every loop sequential over plain `u64` arrays, which the
-//! compiler vectorises — partitioning lanes by direction instead costs more in bookkeeping
-//! than the AES it saves (measured for a DPF at n = 50: about twice the time per lane and
-//! level; CHANGELOG.md).
+//! each lane needs `H_c(s)` for its own direction `c`. Level by level
+//! ([`Walk::descend_all`]), the walk computes *both* children of every lane with two
+//! whole-chunk AES calls and selects with masks: twice the AES of a level, but every loop is
+//! sequential over plain `u64` arrays, which the compiler vectorises (partitioning lanes by
+//! direction instead cost more in bookkeeping than the AES it saves: measured for a DPF at
+//! n = 50, about twice the time per lane and level; CHANGELOG.md). With VAES, a run of
+//! levels goes through [`Walk::descend_levels`] instead: batches of lanes kept in registers
+//! through all the levels, each hashing only the child it takes (`fused`).
 //!
 //! Seeds are kept as two `u64` halves; `σ(hi‖lo) = (hi ⊕ lo)‖hi` is the block whose low 8
 //! bytes are `hi` and high 8 bytes `hi ⊕ lo`.
+
+use std::ops::Range;
 
 use rayon::prelude::*;
 
@@ -23,6 +27,8 @@ use crate::tree::TreeKeys;
 pub const CHUNK: usize = 256;
 
 pub(crate) use crate::prg::{block, halves};
+
+mod fused;
 
 /// A chunk of lanes walking down their trees: seed halves and control bits (as masks).
 pub(crate) struct Walk {
@@ -69,6 +75,51 @@ impl Walk {
         let len = self.sig.len();
         for (c, o) in out.iter_mut().enumerate() {
             prg.encrypt(keys[c], &self.sig, &mut o[..len]);
+        }
+    }
+
+    /// Levels `levels` of the descent: at level `i`, lane `k` evaluates key `key(k)` of
+    /// `tree` and goes in the direction of bit `s0 − 1 − i` of `points[k]`; with `PARITY`,
+    /// the prefix parity is kept. Fused per lane with VAES ([`fused`]: one AES per lane and
+    /// level), else [`Walk::descend_levels_batched`].
+    #[inline]
+    pub fn descend_levels<const PARITY: bool>(
+        &mut self,
+        tree: &TreeKeys,
+        levels: Range<u32>,
+        key: impl Fn(usize) -> usize,
+        points: &[u64],
+        s0: u32,
+    ) {
+        fused::descend::<PARITY>(self, tree, levels, key, points, s0);
+    }
+
+    /// [`Walk::descend_levels`] level by level: both children's hashes of every lane, then
+    /// [`Walk::descend_all`]. (The fallback without VAES, and the fused walk's test oracle.)
+    #[cfg_attr(
+        all(
+            target_arch = "x86_64",
+            target_feature = "avx512f",
+            target_feature = "vaes",
+            target_feature = "aes",
+            target_feature = "avx512vl",
+            not(test)
+        ),
+        allow(dead_code)
+    )]
+    pub fn descend_levels_batched<const PARITY: bool>(
+        &mut self,
+        tree: &TreeKeys,
+        levels: Range<u32>,
+        key: impl Fn(usize) -> usize,
+        points: &[u64],
+        s0: u32,
+    ) {
+        let prg = Prg::global();
+        let mut enc = self.buffers();
+        for i in levels {
+            self.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
+            self.descend_all::<PARITY>(&enc, tree, i, &key, points, s0 - 1 - i);
         }
     }
 
@@ -122,32 +173,6 @@ impl Walk {
         } else {
             self.descend_with::<PARITY>(enc, (sl, sh, tl, tr), i, key, 0, points, shift);
         }
-    }
-
-    /// [`Walk::descend_all`] for at most [`CHUNK`] lanes on keys that are not consecutive,
-    /// with their control-bit corrections `tcw` gathered once for every level
-    /// ([`gather_tcw`]): only the level's seed corrections are gathered here.
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    pub fn descend_gathered<const PARITY: bool>(
-        &mut self,
-        enc: &[Vec<AesBlock>; 2],
-        tree: &TreeKeys,
-        i: u32,
-        key: impl Fn(usize) -> usize,
-        tcw: &GatheredTcw,
-        points: &[u64],
-        shift: u32,
-    ) {
-        let m = points.len();
-        let (sl, sh) = tree.scw_level(i);
-        let [mut l, mut h] = [[0u64; CHUNK]; 2];
-        for (k, (l, h)) in l.iter_mut().zip(&mut h).take(m).enumerate() {
-            let g = key(k);
-            (*l, *h) = (sl[g], sh[g]);
-        }
-        let cw = (&l[..m], &h[..m], &tcw.left[..m], &tcw.right[..m]);
-        self.descend_with::<PARITY>(enc, cw, i, |k| k, 0, points, shift);
     }
 
     /// [`Walk::descend_all`] for lanes `at..at + points.len()`, which all evaluate key `g`:
@@ -217,27 +242,6 @@ impl Walk {
     pub fn buffers(&self) -> [Vec<AesBlock>; 2] {
         [vec![AesBlock::default(); self.sig.len()], vec![AesBlock::default(); self.sig.len()]]
     }
-}
-
-/// The control-bit corrections (every level's, one word per key) of a chunk's lanes,
-/// gathered once for a walk over keys that are not consecutive.
-pub(crate) struct GatheredTcw {
-    left: [u64; CHUNK],
-    right: [u64; CHUNK],
-}
-
-/// Lane `k`'s key `key(k)`'s control-bit corrections for `m ≤ CHUNK` lanes, or `None` when
-/// the keys are consecutive ([`Walk::descend_all`] reads those as slices) or too many.
-pub(crate) fn gather_tcw(tree: &TreeKeys, m: usize, key: impl Fn(usize) -> usize) -> Option<GatheredTcw> {
-    if m == 0 || m > CHUNK || (0..m).all(|k| key(k) == key(0) + k) {
-        return None;
-    }
-    let mut g = GatheredTcw { left: [0; CHUNK], right: [0; CHUNK] };
-    for k in 0..m {
-        let j = key(k);
-        (g.left[k], g.right[k]) = (tree.tcw_left[j], tree.tcw_right[j]);
-    }
-    Some(g)
 }
 
 /// `H_c(s) = AES_{K_c}(σ(s)) ⊕ σ(s)` from both children's AES outputs, with `sel` = 0 for

@@ -83,15 +83,10 @@ impl BitDpfKeys {
         key: impl Fn(usize) -> usize + Copy,
         parity: bool,
     ) {
-        let prg = Prg::global();
-        let mut enc = w.buffers();
-        for i in levels {
-            w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
-            if parity {
-                w.descend_all::<true>(&enc, &self.tree, i, key, points, top - 1 - i);
-            } else {
-                w.descend_all::<false>(&enc, &self.tree, i, key, points, top - 1 - i);
-            }
+        if parity {
+            w.descend_levels::<true>(&self.tree, levels, key, points, top);
+        } else {
+            w.descend_levels::<false>(&self.tree, levels, key, points, top);
         }
     }
 
@@ -115,17 +110,9 @@ impl BitDpfKeys {
         let (n, levels) = (self.params.domain_bits, self.params.levels());
         let prg = Prg::global();
         let mut w = Walk::new(m, |k| self.tree.roots[key(k)], self.party.bit());
+        // Prefix parity (§4): XOR in t where the path turns.
+        w.descend_levels::<true>(&self.tree, 0..levels - 1, &key, points, n);
         let mut enc = w.buffers();
-        let tcw = walk::gather_tcw(&self.tree, m, &key);
-        for i in 0..levels - 1 {
-            let shift = n - 1 - i;
-            w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);
-            // Prefix parity (§4): XOR in t where the path turns.
-            match &tcw {
-                Some(g) => w.descend_gathered::<true>(&enc, &self.tree, i, &key, g, points, shift),
-                None => w.descend_all::<true>(&enc, &self.tree, i, &key, points, shift),
-            }
-        }
         // Last level: the hash output, corrected, is the leaf block.
         let shift = n - levels;
         w.encrypt(prg, [HashKey::Left, HashKey::Right], &mut enc);

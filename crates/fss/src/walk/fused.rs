@@ -1,0 +1,508 @@
+//! The walk's levels fused per lane: each lane hashes only the child it takes.
+//!
+//! [`Walk::descend_all`] computes both children of every lane with two whole-chunk AES calls
+//! and then selects, with passes over the walk's arrays at every level. With VAES, a batch
+//! of up to [`BATCH`](vaes) lanes instead stays in registers through all the levels asked
+//! for, four lanes per 512-bit register, and each 128-bit lane of a `vaesenc` takes the
+//! round keys of its own direction's hash (`H_0` or `H_1`, from a table of the 16 direction
+//! patterns of four lanes): one AES per lane and level instead of two, and no arrays between
+//! levels. The results are the level-by-level walk's bit for bit (tests below); a build
+//! without AVX-512 and VAES runs that walk.
+
+use std::ops::Range;
+
+use super::Walk;
+use crate::tree::TreeKeys;
+
+/// Levels `levels` of `w`'s descent: at level `i`, lane `k` evaluates key `key(k)` of
+/// `tree` and goes in the direction of bit `s0 − 1 − i` of `points[k]`; with `PARITY`, the
+/// prefix parity is kept (as [`Walk::descend_all`]).
+pub(super) fn descend<const PARITY: bool>(
+    w: &mut Walk,
+    tree: &TreeKeys,
+    levels: Range<u32>,
+    key: impl Fn(usize) -> usize,
+    points: &[u64],
+    s0: u32,
+) {
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx512f",
+        target_feature = "vaes",
+        target_feature = "aes",
+        target_feature = "avx512vl"
+    ))]
+    vaes::descend::<PARITY>(w, tree, levels, key, points, s0);
+    #[cfg(not(all(
+        target_arch = "x86_64",
+        target_feature = "avx512f",
+        target_feature = "vaes",
+        target_feature = "aes",
+        target_feature = "avx512vl"
+    )))]
+    w.descend_levels_batched::<PARITY>(tree, levels, key, points, s0);
+}
+
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "avx512f",
+    target_feature = "vaes",
+    target_feature = "aes",
+    target_feature = "avx512vl"
+))]
+#[allow(unsafe_code)]
+mod vaes {
+    use std::arch::x86_64::*;
+    use std::ops::Range;
+    use std::sync::OnceLock;
+
+    use crate::prg::{FIXED_KEYS, count_blocks};
+    use crate::tree::TreeKeys;
+    use crate::walk::Walk;
+
+    /// Lanes walked together: four groups of eight, eight independent AES chains (two
+    /// registers of four blocks per group) to cover `vaesenc`'s latency.
+    const BATCH: usize = 32;
+
+    /// Levels ahead of the walk that a batch's correction words are prefetched.
+    const PREFETCH: u32 = 2;
+
+    /// Round `r` of `H_0`'s (`keys[0][r]`) and `H_1`'s AES key, in every 128-bit lane.
+    #[repr(C, align(64))]
+    struct RoundKeys([[[u8; 64]; 11]; 2]);
+
+    fn round_keys() -> &'static RoundKeys {
+        static KEYS: OnceLock<Box<RoundKeys>> = OnceLock::new();
+        KEYS.get_or_init(|| {
+            let mut t = Box::new(RoundKeys([[[0; 64]; 11]; 2]));
+            for (c, rounds) in t.0.iter_mut().enumerate() {
+                let ks = expand(FIXED_KEYS[c]);
+                for (reg, k) in rounds.iter_mut().zip(&ks) {
+                    for lane in reg.chunks_exact_mut(16) {
+                        lane.copy_from_slice(k);
+                    }
+                }
+            }
+            t
+        })
+    }
+
+    /// The AES-128 key schedule of `key` (FIPS 197 §5.2): its eleven round keys.
+    pub(super) fn expand(key: [u8; 16]) -> [[u8; 16]; 11] {
+        // SAFETY: the build enables AES-NI (the cfg of this module).
+        unsafe { expand_ni(key) }
+    }
+
+    #[target_feature(enable = "aes,sse2")]
+    fn expand_ni(key: [u8; 16]) -> [[u8; 16]; 11] {
+        let mut out = [[0u8; 16]; 11];
+        // SAFETY: 16 readable bytes.
+        let mut k = unsafe { _mm_loadu_si128(key.as_ptr().cast()) };
+        // Round key r + 1 from round key r: the last word's `SubWord(RotWord(·)) ⊕ rcon`
+        // (from `aeskeygenassist`) XORed into the running XOR of the four words.
+        macro_rules! next {
+            ($r:expr, $rcon:expr) => {
+                // SAFETY: 16 writable bytes.
+                unsafe { _mm_storeu_si128(out[$r].as_mut_ptr().cast(), k) };
+                let t = _mm_shuffle_epi32::<0xff>(_mm_aeskeygenassist_si128::<$rcon>(k));
+                k = _mm_xor_si128(k, _mm_slli_si128::<4>(k));
+                k = _mm_xor_si128(k, _mm_slli_si128::<4>(k));
+                k = _mm_xor_si128(k, _mm_slli_si128::<4>(k));
+                k = _mm_xor_si128(k, t);
+            };
+        }
+        next!(0, 0x01);
+        next!(1, 0x02);
+        next!(2, 0x04);
+        next!(3, 0x08);
+        next!(4, 0x10);
+        next!(5, 0x20);
+        next!(6, 0x40);
+        next!(7, 0x80);
+        next!(8, 0x1b);
+        next!(9, 0x36);
+        // SAFETY: 16 writable bytes.
+        unsafe { _mm_storeu_si128(out[10].as_mut_ptr().cast(), k) };
+        out
+    }
+
+    /// `AES_K(x)` from `K`'s round keys ([`expand`]): the tests' check of the schedule
+    /// against the `aes` crate.
+    #[cfg(test)]
+    pub(super) fn encrypt_with(rk: &[[u8; 16]; 11], x: [u8; 16]) -> [u8; 16] {
+        #[target_feature(enable = "aes,sse2")]
+        fn run(rk: &[[u8; 16]; 11], x: [u8; 16]) -> [u8; 16] {
+            // SAFETY: 16 readable bytes each.
+            let key = |r: usize| unsafe { _mm_loadu_si128(rk[r].as_ptr().cast()) };
+            // SAFETY: as above.
+            let mut b = _mm_xor_si128(unsafe { _mm_loadu_si128(x.as_ptr().cast()) }, key(0));
+            for r in 1..10 {
+                b = _mm_aesenc_si128(b, key(r));
+            }
+            b = _mm_aesenclast_si128(b, key(10));
+            let mut out = [0u8; 16];
+            // SAFETY: 16 writable bytes.
+            unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), b) };
+            out
+        }
+        // SAFETY: the build enables AES-NI (the cfg of this module).
+        unsafe { run(rk, x) }
+    }
+
+    /// [`super::descend`] in batches of [`BATCH`] lanes (the last one in the fewest groups
+    /// that hold it).
+    pub(super) fn descend<const PARITY: bool>(
+        w: &mut Walk,
+        tree: &TreeKeys,
+        levels: Range<u32>,
+        key: impl Fn(usize) -> usize,
+        points: &[u64],
+        s0: u32,
+    ) {
+        let rk = round_keys();
+        let m = points.len();
+        let mut at = 0;
+        while at < m {
+            let l = (m - at).min(BATCH);
+            let lv = levels.clone();
+            // SAFETY: the build enables the features (the cfg of this module).
+            let groups = unsafe {
+                match l {
+                    25.. => batch::<PARITY, 4>(rk, w, tree, lv, &key, points, at..at + l, s0),
+                    17..=24 => batch::<PARITY, 3>(rk, w, tree, lv, &key, points, at..at + l, s0),
+                    9..=16 => batch::<PARITY, 2>(rk, w, tree, lv, &key, points, at..at + l, s0),
+                    _ => batch::<PARITY, 1>(rk, w, tree, lv, &key, points, at..at + l, s0),
+                }
+            };
+            count_blocks((8 * groups * levels.len()) as u64);
+            at += l;
+        }
+    }
+
+    /// Keep the registers' AES rounds in step: round `r + 1` of any register is issued after
+    /// round `r` of all of them. (Without this, LLVM emitted each register's ten rounds one
+    /// after the other, a chain of dependent `vaesenc` that filled the scheduler.) An empty
+    /// `asm!` that reads and writes every register is a point no instruction moves across.
+    #[inline(always)]
+    fn in_step<const R: usize>(x: &mut [__m512i; R]) {
+        use std::arch::asm;
+        // SAFETY: the assembly is empty: it only pins the registers' values to this point.
+        unsafe {
+            match x.as_mut_slice() {
+                [a, b, c, d, e, f, g, h] => asm!(
+                    "/* {0} {1} {2} {3} {4} {5} {6} {7} */",
+                    inout(zmm_reg) * a,
+                    inout(zmm_reg) * b,
+                    inout(zmm_reg) * c,
+                    inout(zmm_reg) * d,
+                    inout(zmm_reg) * e,
+                    inout(zmm_reg) * f,
+                    inout(zmm_reg) * g,
+                    inout(zmm_reg) * h,
+                    options(pure, nomem, nostack, preserves_flags)
+                ),
+                [a, b, c, d, e, f] => asm!(
+                    "/* {0} {1} {2} {3} {4} {5} */",
+                    inout(zmm_reg) * a,
+                    inout(zmm_reg) * b,
+                    inout(zmm_reg) * c,
+                    inout(zmm_reg) * d,
+                    inout(zmm_reg) * e,
+                    inout(zmm_reg) * f,
+                    options(pure, nomem, nostack, preserves_flags)
+                ),
+                [a, b, c, d] => asm!(
+                    "/* {0} {1} {2} {3} */",
+                    inout(zmm_reg) * a,
+                    inout(zmm_reg) * b,
+                    inout(zmm_reg) * c,
+                    inout(zmm_reg) * d,
+                    options(pure, nomem, nostack, preserves_flags)
+                ),
+                [a, b] => asm!(
+                    "/* {0} {1} */",
+                    inout(zmm_reg) * a,
+                    inout(zmm_reg) * b,
+                    options(pure, nomem, nostack, preserves_flags)
+                ),
+                _ => {}
+            }
+        }
+    }
+
+    /// Walk lanes `lanes` (more than `8·(G − 1)`, at most `8·G`) through `levels` in `G`
+    /// groups of eight lanes; returns `G`. The last group's spare lanes start from zero
+    /// seeds on the batch's last key; their results are dropped.
+    ///
+    /// A group keeps its lanes' seed halves, points and control-bit corrections one lane per
+    /// 64-bit element (as the level-by-level walk's arrays), and control bits, prefix parity
+    /// and last directions as 8-bit masks. Its AES inputs `σ(s) = [hi, hi ⊕ lo]` are two
+    /// registers of four blocks, the even lanes' and the odd lanes' (`unpacklo`/`unpackhi`),
+    /// and each block's round keys are blended from `H_0`'s and `H_1`'s by its direction.
+    #[target_feature(enable = "avx512f,avx512vl,vaes")]
+    #[allow(clippy::too_many_arguments)]
+    fn batch<const PARITY: bool, const G: usize>(
+        rk: &RoundKeys,
+        w: &mut Walk,
+        tree: &TreeKeys,
+        levels: Range<u32>,
+        key: &impl Fn(usize) -> usize,
+        points: &[u64],
+        lanes: Range<usize>,
+        s0: u32,
+    ) -> usize {
+        let lane = |q: usize| lanes.start + q.min(lanes.len() - 1);
+        let keys: [usize; BATCH] = std::array::from_fn(|q| if q < 8 * G { key(lane(q)) } else { 0 });
+        // Consecutive keys, every lane real: the correction words are read as slices.
+        let first = (lanes.len() == 8 * G && (0..8 * G).all(|q| keys[q] == keys[0] + q)).then_some(keys[0]);
+        let load = |v: &[u64]| {
+            let v: &[u64; 8] = v.try_into().expect("eight words");
+            // SAFETY: 64 readable bytes.
+            unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+        };
+        // Group g's real lanes (at least one: G is the fewest groups that hold the lanes).
+        let at = |g: usize| lanes.start + 8 * g;
+        let real = |g: usize| (0xffu16 >> (8 - (lanes.len() - 8 * g).min(8))) as u8;
+        // Group g's words of a per-lane array of the walk (zero in the spare lanes).
+        let read = |v: &[u64], g: usize| {
+            assert!(at(g) + real(g).count_ones() as usize <= v.len());
+            // SAFETY: the real lanes' words are in bounds (above); the others are not read.
+            unsafe { _mm512_maskz_loadu_epi64(real(g), v.as_ptr().add(at(g)).cast()) }
+        };
+        let per_key = |v: &[u64], g: usize| match first {
+            Some(f) => load(&v[f + 8 * g..f + 8 * g + 8]),
+            None => load(&std::array::from_fn::<u64, 8, _>(|j| v[keys[8 * g + j]])),
+        };
+        let one = _mm512_set1_epi64(1);
+        let zero = _mm512_setzero_si512();
+        let (mut lo, mut hi, mut p, mut tl, mut tr) = ([zero; G], [zero; G], [zero; G], [zero; G], [zero; G]);
+        let (mut kt, mut kacc, mut kprev) = ([0u8; G], [0u8; G], [0u8; G]);
+        for g in 0..G {
+            (lo[g], hi[g], p[g]) = (read(&w.lo, g), read(&w.hi, g), read(points, g));
+            (tl[g], tr[g]) = (per_key(&tree.tcw_left, g), per_key(&tree.tcw_right, g));
+            kt[g] = _mm512_test_epi64_mask(read(&w.t, g), one);
+            kacc[g] = _mm512_test_epi64_mask(read(&w.acc, g), one);
+            kprev[g] = _mm512_test_epi64_mask(read(&w.prev, g), one);
+        }
+        let not_one = _mm512_set1_epi64(-2);
+        let round = |c: usize, r: usize| {
+            // SAFETY: 64 aligned readable bytes.
+            unsafe { _mm512_load_si512(rk.0[c][r].as_ptr().cast()) }
+        };
+        let (k0, k1): ([__m512i; 11], [__m512i; 11]) =
+            (std::array::from_fn(|r| round(0, r)), std::array::from_fn(|r| round(1, r)));
+        let end = levels.end;
+        for i in levels {
+            // The correction words of level i + 2 (a level's are a key count apart: without
+            // this, a batch's walk down the levels waited on memory at every level).
+            if i + PREFETCH < end {
+                let (sl, sh) = tree.scw_level(i + PREFETCH);
+                for v in [sl, sh] {
+                    match first {
+                        Some(f) => {
+                            for at in (0..8 * G).step_by(8).chain([8 * G - 1]) {
+                                _mm_prefetch::<_MM_HINT_T0>(v[f + at..].as_ptr().cast());
+                            }
+                        }
+                        None => {
+                            for &q in &keys[..8 * G] {
+                                _mm_prefetch::<_MM_HINT_T0>(v[q..].as_ptr().cast());
+                            }
+                        }
+                    }
+                }
+            }
+            let dir_bit = _mm512_set1_epi64((1u64 << (s0 - 1 - i)) as i64);
+            let tcw_bit = _mm512_set1_epi64((1u64 << i) as i64);
+            let mut kdir = [0u8; G];
+            // Register 2g holds group g's even lanes' blocks, 2g + 1 its odd lanes'; `km`
+            // sets both halves of a block whose lane goes right.
+            let mut x = [zero; 8];
+            let mut km = [0u8; 8];
+            for g in 0..G {
+                kdir[g] = _mm512_test_epi64_mask(p[g], dir_bit);
+                let (even, odd) = (kdir[g] & 0x55, (kdir[g] & 0xaa) >> 1);
+                (km[2 * g], km[2 * g + 1]) = (even | even << 1, odd | odd << 1);
+                let sx = _mm512_xor_si512(hi[g], lo[g]);
+                x[2 * g] = _mm512_unpacklo_epi64(hi[g], sx);
+                x[2 * g + 1] = _mm512_unpackhi_epi64(hi[g], sx);
+            }
+            for q in 0..2 * G {
+                x[q] = _mm512_xor_si512(x[q], _mm512_mask_blend_epi64(km[q], k0[0], k1[0]));
+            }
+            for r in 1..10 {
+                for q in 0..2 * G {
+                    x[q] = _mm512_aesenc_epi128(x[q], _mm512_mask_blend_epi64(km[q], k0[r], k1[r]));
+                }
+                in_step(&mut x);
+            }
+            for q in 0..2 * G {
+                x[q] = _mm512_aesenclast_epi128(x[q], _mm512_mask_blend_epi64(km[q], k0[10], k1[10]));
+            }
+            let (sl, sh) = tree.scw_level(i);
+            for g in 0..G {
+                // H_c(s) = AES(σ(s)) ⊕ σ(s), back to one lane per element: the low halves
+                // are `AES(σ).lo ⊕ hi`, the high halves `AES(σ).hi ⊕ hi ⊕ lo`.
+                let hl = _mm512_xor_si512(_mm512_unpacklo_epi64(x[2 * g], x[2 * g + 1]), hi[g]);
+                let hh = _mm512_ternarylogic_epi64::<0x96>(
+                    _mm512_unpackhi_epi64(x[2 * g], x[2 * g + 1]),
+                    hi[g],
+                    lo[g],
+                );
+                let (cl, ch) = (per_key(sl, g), per_key(sh, g));
+                let kh = _mm512_test_epi64_mask(hl, one);
+                let ktcw = _mm512_test_epi64_mask(_mm512_mask_blend_epi64(kdir[g], tl[g], tr[g]), tcw_bit);
+                if PARITY {
+                    kacc[g] ^= kt[g] & (kdir[g] ^ kprev[g]);
+                    kprev[g] = kdir[g];
+                }
+                let cleared = _mm512_and_si512(hl, not_one);
+                lo[g] = _mm512_mask_xor_epi64(cleared, kt[g], cleared, cl);
+                hi[g] = _mm512_mask_xor_epi64(hh, kt[g], hh, ch);
+                kt[g] = kh ^ (kt[g] & ktcw);
+            }
+        }
+        // Both halves of the blocks of lanes j..j + 4 of a lane mask.
+        let blocks = |m: u8, j: u32| (0..4).fold(0u8, |b, q| b | (((m >> (j + q)) & 1) * (3 << (2 * q))));
+        let (first_four, last_four) =
+            (_mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0), _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4));
+        for g in 0..G {
+            let (k, r) = (at(g), real(g));
+            // σ(s) = [hi, hi ⊕ lo] of lanes j..j + 4: the halves interleaved.
+            let sx = _mm512_xor_si512(hi[g], lo[g]);
+            let sig = [
+                _mm512_permutex2var_epi64(hi[g], first_four, sx),
+                _mm512_permutex2var_epi64(hi[g], last_four, sx),
+            ];
+            assert!(k + r.count_ones() as usize <= w.lo.len() && w.lo.len() <= w.sig.len());
+            // SAFETY: the real lanes' words and blocks are in bounds (above); the others are
+            // not written.
+            unsafe {
+                _mm512_mask_storeu_epi64(w.lo.as_mut_ptr().add(k).cast(), r, lo[g]);
+                _mm512_mask_storeu_epi64(w.hi.as_mut_ptr().add(k).cast(), r, hi[g]);
+                _mm512_mask_storeu_epi64(
+                    w.t.as_mut_ptr().add(k).cast(),
+                    r,
+                    _mm512_maskz_set1_epi64(kt[g], -1),
+                );
+                if PARITY {
+                    _mm512_mask_storeu_epi64(
+                        w.acc.as_mut_ptr().add(k).cast(),
+                        r,
+                        _mm512_maskz_set1_epi64(kacc[g], -1),
+                    );
+                    _mm512_mask_storeu_epi64(
+                        w.prev.as_mut_ptr().add(k).cast(),
+                        r,
+                        _mm512_maskz_set1_epi64(kprev[g], -1),
+                    );
+                }
+                for (h, s) in sig.iter().enumerate() {
+                    let m = blocks(r, 4 * h as u32);
+                    if m != 0 {
+                        _mm512_mask_storeu_epi64(w.sig.as_mut_ptr().add(k + 4 * h).cast(), m, *s);
+                    }
+                }
+            }
+        }
+        G
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::{DealerRng, Rng, SeedableRng};
+
+    /// Random trees (every word uniform): the walks must agree on any key material.
+    fn random_trees(levels: u32, keys: usize, rng: &mut DealerRng) -> TreeKeys {
+        let mut t = TreeKeys::with_capacity(levels, keys);
+        for _ in 0..keys {
+            t.roots.push((rng.next_u64() as u128) << 64 | rng.next_u64() as u128 & !1);
+            t.tcw_left.push(rng.next_u64());
+            t.tcw_right.push(rng.next_u64());
+        }
+        for _ in 0..keys * levels as usize {
+            t.scw_lo.push(rng.next_u64());
+            t.scw_hi.push(rng.next_u64());
+        }
+        t
+    }
+
+    fn state(w: &Walk) -> Vec<(u64, u64, u64, u64, u64, u128)> {
+        (0..w.lo.len())
+            .map(|k| (w.lo[k], w.hi[k], w.t[k], w.acc[k], w.prev[k], crate::prg::from_block(&w.sig[k])))
+            .collect()
+    }
+
+    /// Fused and level-by-level walks end in the same state (seeds, control and parity
+    /// masks, σ inputs) for every batch shape (1 to 70 lanes: full and partial registers and
+    /// batches), consecutive and scattered keys, with and without parity, from the root and
+    /// resumed mid-tree; and count the AES they compute.
+    #[test]
+    fn fused_walk_equals_level_by_level() {
+        let mut rng = DealerRng::seed_from_u64(11);
+        let (levels, nkeys) = (20u32, 90usize);
+        let trees = random_trees(levels, nkeys, &mut rng);
+        for m in (1..=36).chain([47, 64, 65, 70]) {
+            let points: Vec<u64> = (0..m).map(|_| rng.next_u64() & ((1 << levels) - 1)).collect();
+            let scattered: Vec<usize> = (0..m).map(|_| rng.next_u64() as usize % nkeys).collect();
+            for consecutive in [true, false] {
+                let key = |k: usize| if consecutive { 3 + k } else { scattered[k] };
+                for (range, party) in [(0..levels, 0u8), (0..levels, 1), (5..17, 1)] {
+                    let fresh = || {
+                        let mut w = Walk::new(m, |k| trees.roots[key(k)], party);
+                        if range.start > 0 {
+                            // Resumed: arbitrary mid-tree state.
+                            for k in 0..m {
+                                w.t[k] = (rng_bit(k, 1) as u64).wrapping_neg();
+                                w.acc[k] = (rng_bit(k, 2) as u64).wrapping_neg();
+                                w.prev[k] = (rng_bit(k, 3) as u64).wrapping_neg();
+                            }
+                        }
+                        w
+                    };
+                    let (mut a, mut b) = (fresh(), fresh());
+                    a.descend_levels_batched::<true>(&trees, range.clone(), key, &points, levels);
+                    let before = crate::prg::aes_blocks();
+                    descend::<true>(&mut b, &trees, range.clone(), key, &points, levels);
+                    assert!(crate::prg::aes_blocks() - before >= (m * range.len()) as u64);
+                    assert_eq!(state(&a), state(&b), "m = {m}, consecutive = {consecutive}, {range:?}");
+                    let (mut a, mut b) = (fresh(), fresh());
+                    a.descend_levels_batched::<false>(&trees, range.clone(), key, &points, levels);
+                    descend::<false>(&mut b, &trees, range.clone(), key, &points, levels);
+                    assert_eq!(state(&a), state(&b));
+                }
+            }
+        }
+    }
+
+    fn rng_bit(k: usize, salt: usize) -> bool {
+        (k.wrapping_mul(0x9e37_79b9) >> salt) & 1 == 1
+    }
+
+    /// The key schedule gives the `aes` crate's ciphertexts under both walk keys.
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx512f",
+        target_feature = "vaes",
+        target_feature = "aes",
+        target_feature = "avx512vl"
+    ))]
+    #[test]
+    fn key_schedule_matches_the_aes_crate() {
+        use crate::prg::{FIXED_KEYS, HashKey, Prg};
+        let prg = Prg::global();
+        for (j, hk) in
+            [HashKey::Left, HashKey::Right, HashKey::ValueLeft, HashKey::ValueRight].into_iter().enumerate()
+        {
+            let rk = vaes::expand(FIXED_KEYS[j]);
+            for x in [0u128, 1, u128::MAX, 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210] {
+                // H_j(x) = AES(σ(x)) ⊕ σ(x).
+                let s = crate::prg::sigma(x);
+                let aes = u128::from_le_bytes(vaes::encrypt_with(&rk, s.to_le_bytes()));
+                assert_eq!(aes ^ s, prg.hash(hk, x));
+            }
+        }
+    }
+}
