@@ -67,19 +67,24 @@ mod vaes {
     /// Levels ahead of the walk that a batch's correction words are prefetched.
     const PREFETCH: u32 = 2;
 
-    /// Round `r` of `H_0`'s (`keys[0][r]`) and `H_1`'s AES key, in every 128-bit lane.
+    /// Round `r` of `H_0`'s AES key (`keys[0][r]`), of `H_1`'s (`keys[1][r]`) and their XOR
+    /// (`keys[2][r]`), in every 128-bit lane.
     #[repr(C, align(64))]
-    struct RoundKeys([[[u8; 64]; 11]; 2]);
+    struct RoundKeys([[[u8; 64]; 11]; 3]);
 
     fn round_keys() -> &'static RoundKeys {
         static KEYS: OnceLock<Box<RoundKeys>> = OnceLock::new();
         KEYS.get_or_init(|| {
-            let mut t = Box::new(RoundKeys([[[0; 64]; 11]; 2]));
+            let mut t = Box::new(RoundKeys([[[0; 64]; 11]; 3]));
+            let ks = [expand(FIXED_KEYS[0]), expand(FIXED_KEYS[1])];
             for (c, rounds) in t.0.iter_mut().enumerate() {
-                let ks = expand(FIXED_KEYS[c]);
-                for (reg, k) in rounds.iter_mut().zip(&ks) {
+                for (r, reg) in rounds.iter_mut().enumerate() {
+                    let k: [u8; 16] = match c {
+                        2 => std::array::from_fn(|b| ks[0][r][b] ^ ks[1][r][b]),
+                        _ => ks[c][r],
+                    };
                     for lane in reg.chunks_exact_mut(16) {
-                        lane.copy_from_slice(k);
+                        lane.copy_from_slice(&k);
                     }
                 }
             }
@@ -289,8 +294,9 @@ mod vaes {
             // SAFETY: 64 aligned readable bytes.
             unsafe { _mm512_load_si512(rk.0[c][r].as_ptr().cast()) }
         };
-        let (k0, k1): ([__m512i; 11], [__m512i; 11]) =
-            (std::array::from_fn(|r| round(0, r)), std::array::from_fn(|r| round(1, r)));
+        // H_0's round keys; a block going right gets H_1's by XORing in the keys' difference
+        // after each round (`vaesenc` adds its round key last).
+        let k0: [__m512i; 11] = std::array::from_fn(|r| round(0, r));
         let end = levels.end;
         for i in levels {
             // The correction words of level i + 2 (a level's are a key count apart: without
@@ -328,16 +334,19 @@ mod vaes {
                 x[2 * g + 1] = _mm512_unpackhi_epi64(hi[g], sx);
             }
             for q in 0..2 * G {
-                x[q] = _mm512_xor_si512(x[q], _mm512_mask_blend_epi64(km[q], k0[0], k1[0]));
+                let y = _mm512_xor_si512(x[q], k0[0]);
+                x[q] = _mm512_mask_xor_epi64(y, km[q], y, round(2, 0));
             }
-            for r in 1..10 {
+            for (r, &k) in k0.iter().enumerate().take(10).skip(1) {
                 for q in 0..2 * G {
-                    x[q] = _mm512_aesenc_epi128(x[q], _mm512_mask_blend_epi64(km[q], k0[r], k1[r]));
+                    let y = _mm512_aesenc_epi128(x[q], k);
+                    x[q] = _mm512_mask_xor_epi64(y, km[q], y, round(2, r));
                 }
                 in_step(&mut x);
             }
             for q in 0..2 * G {
-                x[q] = _mm512_aesenclast_epi128(x[q], _mm512_mask_blend_epi64(km[q], k0[10], k1[10]));
+                let y = _mm512_aesenclast_epi128(x[q], k0[10]);
+                x[q] = _mm512_mask_xor_epi64(y, km[q], y, round(2, 10));
             }
             let (sl, sh) = tree.scw_level(i);
             for g in 0..G {
