@@ -22,7 +22,7 @@ use crate::tree::SEED_MASK;
 /// cipher of NIST SP 800-90A's CTR_DRBG), seeded with a 128-bit key and a 128-bit starting
 /// counter. It replaced ChaCha12, whose refills were ~12 % of the compiled operators' key
 /// generation (`perf`, `bench ops --ops gelu`); AES on the VAES units costs ~0.3 ns per 16
-/// bytes when it gets [`crate::prg::PAR`] blocks at a time, so a refill is that many blocks
+/// bytes when it gets `prg::PAR` (64) blocks at a time, so a refill is that many blocks
 /// (16 at a time went block by block through the cipher's one-block path: the refills were
 /// 15 % of the compiled GeLU's key generation).
 #[derive(Clone)]

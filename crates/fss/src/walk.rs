@@ -2,12 +2,12 @@
 //!
 //! A chunk of lanes (a key and a point each) descends the trees together. At every level
 //! each lane needs `H_c(s)` for its own direction `c`. Level by level
-//! ([`Walk::descend_all`]), the walk computes *both* children of every lane with two
+//! (`Walk::descend_all`), the walk computes *both* children of every lane with two
 //! whole-chunk AES calls and selects with masks: twice the AES of a level, but every loop is
 //! sequential over plain `u64` arrays, which the compiler vectorises (partitioning lanes by
 //! direction instead cost more in bookkeeping than the AES it saves: measured for a DPF at
 //! n = 50, about twice the time per lane and level; CHANGELOG.md). With VAES, a run of
-//! levels goes through [`Walk::descend_levels`] instead: batches of lanes kept in registers
+//! levels goes through `Walk::descend_levels` instead: batches of lanes kept in registers
 //! through all the levels, each hashing only the child it takes (`fused`).
 //!
 //! Seeds are kept as two `u64` halves; `σ(hi‖lo) = (hi ⊕ lo)‖hi` is the block whose low 8

@@ -2,12 +2,14 @@
 //!
 //! [`Walk::descend_all`] computes both children of every lane with two whole-chunk AES calls
 //! and then selects, with passes over the walk's arrays at every level. With VAES, a batch
-//! of up to [`BATCH`](vaes) lanes instead stays in registers through all the levels asked
-//! for, four lanes per 512-bit register, and each 128-bit lane of a `vaesenc` takes the
-//! round keys of its own direction's hash (`H_0` or `H_1`, from a table of the 16 direction
-//! patterns of four lanes): one AES per lane and level instead of two, and no arrays between
-//! levels. The results are the level-by-level walk's bit for bit (tests below); a build
-//! without AVX-512 and VAES runs that walk.
+//! of up to 32 lanes instead stays in registers through all the levels asked for: four
+//! groups of eight lanes, one lane per 64-bit element as in the walk's arrays, whose `σ(s)`
+//! blocks make two registers of four per group. Every block is encrypted under `H_0`'s round
+//! keys, and a block whose lane goes right gets `K_0 ⊕ K_1`'s round key XORed in after each
+//! round (`vaesenc` adds its round key last, so that is `H_1`'s AES): one AES per lane and
+//! level instead of two, and no arrays between levels. The next levels' correction words
+//! are prefetched. The results are the level-by-level walk's bit for bit (tests below); a
+//! build without AVX-512 and VAES runs that walk.
 
 use std::ops::Range;
 
@@ -243,7 +245,7 @@ mod vaes {
     /// 64-bit element (as the level-by-level walk's arrays), and control bits, prefix parity
     /// and last directions as 8-bit masks. Its AES inputs `σ(s) = [hi, hi ⊕ lo]` are two
     /// registers of four blocks, the even lanes' and the odd lanes' (`unpacklo`/`unpackhi`),
-    /// and each block's round keys are blended from `H_0`'s and `H_1`'s by its direction.
+    /// and a block going right gets the keys' difference after each round.
     #[target_feature(enable = "avx512f,avx512vl,vaes")]
     #[allow(clippy::too_many_arguments)]
     fn batch<const PARITY: bool, const G: usize>(
