@@ -28,7 +28,7 @@ pub const CHUNK: usize = 256;
 
 pub(crate) use crate::prg::{block, halves};
 
-mod fused;
+pub(crate) mod fused;
 
 /// A chunk of lanes walking down their trees: seed halves and control bits (as masks).
 pub(crate) struct Walk {

@@ -444,10 +444,7 @@ impl BitDpfKeys {
                 let i = top + j;
                 let (p, below) = (slots(j), d - j);
                 let nodes = p * count;
-                let WindowScratch { lo, hi, tm, sig, el, er, .. } = &mut *ws;
-                sig.clear();
-                sig.extend(lo[..nodes].iter().zip(&hi[..nodes]).map(|(&l, &h)| walk::block(h, h ^ l)));
-                hash_level(sig, el, er);
+                let tm = &ws.tm;
                 // The last point's path turns at this level (slot: its node less the first).
                 for (k, par) in ends.iter_mut().enumerate() {
                     let q = ((end_blk[k] >> below) - (rel[k] >> below)) as usize;
@@ -456,6 +453,13 @@ impl BitDpfKeys {
                     par.1 = c;
                 }
                 let leaves = below == 1;
+                if self.whole_level_fused(g0, i, count, &rel, below, (p, slots(j + 1), span), ws) {
+                    continue;
+                }
+                let WindowScratch { lo, hi, sig, el, er, .. } = &mut *ws;
+                sig.clear();
+                sig.extend(lo[..nodes].iter().zip(&hi[..nodes]).map(|(&l, &h)| walk::block(h, h ^ l)));
+                hash_level(sig, el, er);
                 self.whole_children(g0, i, count, p, leaves, ws);
                 if !leaves {
                     whole_select(&rel, below, slots(j + 1), count, ws);
@@ -476,6 +480,48 @@ impl BitDpfKeys {
                 }
             }
         });
+    }
+
+    /// Level `i` of [`BitDpfKeys::window_whole`] with only the needed children hashed
+    /// ([`walk::fused::window_level`]): each key's `next` slots of the next level or, at the
+    /// leaves (`below == 1`), its `span` blocks from its first, each at its child's place in
+    /// `ws.blocks`. `false` where the build has no VAES.
+    #[allow(clippy::too_many_arguments)]
+    fn whole_level_fused(
+        &self,
+        g0: usize,
+        i: u32,
+        count: usize,
+        rel: &[u64],
+        below: u32,
+        (p, next, span): (usize, usize, usize),
+        ws: &mut WindowScratch,
+    ) -> bool {
+        #[cfg(test)]
+        if tests::LEVEL_BY_LEVEL.get() {
+            return false;
+        }
+        let WindowScratch { blocks, lo, hi, tm, nlo, nhi, ntm, ctm: rb, .. } = ws;
+        rb.clear();
+        rb.extend(rel.iter().map(|&r| (r >> (below - 1)) & 1));
+        let cur = (&lo[..p * count], &hi[..p * count], &tm[..p * count]);
+        if below == 1 {
+            blocks.resize(2 * p * count, 0);
+            let leaf_cw = &self.leaf_cw[4 * g0..4 * (g0 + count)];
+            let out = walk::fused::WindowOut::Leaves { blocks, stride: 2 * p, leaf_cw };
+            return walk::fused::window_level(&self.tree, i, g0, rb, cur, span, out);
+        }
+        nlo.resize(next * count, 0);
+        nhi.resize(next * count, 0);
+        ntm.resize(next * count, 0);
+        let out = walk::fused::WindowOut::Nodes(&mut nlo[..], &mut nhi[..], &mut ntm[..]);
+        if !walk::fused::window_level(&self.tree, i, g0, rb, cur, next, out) {
+            return false;
+        }
+        std::mem::swap(lo, nlo);
+        std::mem::swap(hi, nhi);
+        std::mem::swap(tm, ntm);
+        true
     }
 
     /// Level `i` of [`BitDpfKeys::window_whole`]: the children of each of the `p` slots of
@@ -678,5 +724,45 @@ fn put_window(o: &mut [u64], blocks: &[u128], off: usize, width: usize) {
     if tail != 0 {
         let last = o.len() - 1;
         o[last] &= (1u64 << tail) - 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bitdpf::{BitDpfParams, keygen};
+    use crate::rng::{DealerRng, Rng, SeedableRng};
+
+    thread_local! {
+        /// Makes [`BitDpfKeys::window_whole`] hash both children of every slot (the build's
+        /// fallback without VAES), for the test below.
+        pub(super) static LEVEL_BY_LEVEL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// The subtree levels that hash only the needed children give the words and end shares
+    /// that hashing every child gives, for windows of one to 32 leaf blocks, key counts that
+    /// fill eight-key groups or not, and ranges of the batch.
+    #[test]
+    fn fused_subtree_levels_equal_hashing_every_child() {
+        let mut r = DealerRng::seed_from_u64(5);
+        for (n, keys) in [(19u32, 70usize), (30, 17), (37, 8), (37, 1)] {
+            let alphas: Vec<u64> = (0..keys).map(|_| r.next_u64() & mask(n)).collect();
+            let (k0, _) = keygen(BitDpfParams::new(n).unwrap(), &alphas, &mut r).unwrap();
+            for width in [1usize, 100, 129, 258, 700, 1921, 3969] {
+                let starts: Vec<u64> = (0..keys)
+                    .map(|i| if i % 3 == 0 { alphas[i].wrapping_sub(width as u64 / 2) } else { r.next_u64() } & mask(n))
+                    .collect();
+                let words = width.div_ceil(64);
+                let run = |fallback: bool| {
+                    LEVEL_BY_LEVEL.set(fallback);
+                    let mut out = vec![0u64; keys * words];
+                    let mut ends = vec![CmpShares::default(); keys];
+                    k0.eval_window(0..keys, &starts, width, &mut out, Some(&mut ends)).unwrap();
+                    LEVEL_BY_LEVEL.set(false);
+                    (out, ends)
+                };
+                assert!(run(false) == run(true), "n {n} keys {keys} width {width}");
+            }
+        }
     }
 }

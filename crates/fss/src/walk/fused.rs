@@ -45,6 +45,55 @@ pub(super) fn descend<const PARITY: bool>(
     w.descend_levels_batched::<PARITY>(tree, levels, key, points, s0);
 }
 
+/// A level of a window's subtree (`BitDpfKeys::window_whole`), keys `g0..g0 + rb.len()`:
+/// the level's nodes are `p` slots per key, slot-major (`cur.0[s·count + k]`: seed halves
+/// and control masks); output `q < outs` of key `k` is the child `q + rb[k]` of those slots
+/// (`rb[k]` is 0 or 1), whose hash alone is computed. Above the leaves the outputs go
+/// slot-major into [`WindowOut::Nodes`]; at the leaves each output is a leaf block, put at
+/// `blocks[k·stride + q + rb[k]]`. Returns `false`, doing nothing, where the build has no
+/// VAES (the caller then hashes both children of every slot).
+pub(crate) fn window_level(
+    tree: &TreeKeys,
+    i: u32,
+    g0: usize,
+    rb: &[u64],
+    cur: (&[u64], &[u64], &[u64]),
+    outs: usize,
+    out: WindowOut<'_>,
+) -> bool {
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx512f",
+        target_feature = "vaes",
+        target_feature = "aes",
+        target_feature = "avx512vl"
+    ))]
+    {
+        vaes::window_level(tree, i, g0, rb, cur, outs, out);
+        true
+    }
+    #[cfg(not(all(
+        target_arch = "x86_64",
+        target_feature = "avx512f",
+        target_feature = "vaes",
+        target_feature = "aes",
+        target_feature = "avx512vl"
+    )))]
+    {
+        let _ = (tree, i, g0, rb, cur, outs, out);
+        false
+    }
+}
+
+/// Where [`window_level`] puts its outputs.
+pub(crate) enum WindowOut<'a> {
+    /// The next level's slots, slot-major: seed halves and control masks.
+    Nodes(&'a mut [u64], &'a mut [u64], &'a mut [u64]),
+    /// Leaf blocks, key-major with `stride` blocks per key, corrected by the keys' leaf
+    /// correction words (four words per key, from key `g0`).
+    Leaves { blocks: &'a mut [u128], stride: usize, leaf_cw: &'a [u64] },
+}
+
 #[cfg(all(
     target_arch = "x86_64",
     target_feature = "avx512f",
@@ -184,6 +233,221 @@ mod vaes {
             count_blocks((8 * groups * levels.len()) as u64);
             at += l;
         }
+    }
+
+    /// [`super::window_level`] with VAES: eight keys per group, up to four outputs at a time
+    /// (two registers of four blocks each, their rounds in step); each output's parent is
+    /// blended from its two candidate slots by `rb`.
+    pub(super) fn window_level(
+        tree: &TreeKeys,
+        i: u32,
+        g0: usize,
+        rb: &[u64],
+        cur: (&[u64], &[u64], &[u64]),
+        outs: usize,
+        mut out: super::WindowOut<'_>,
+    ) {
+        let count = rb.len();
+        let rk = round_keys();
+        let mut at = 0;
+        while at < count {
+            let real = (0xffu16 >> (8 - (count - at).min(8))) as u8;
+            // SAFETY: the build enables the features (the cfg of this module).
+            unsafe { window_group(rk, tree, i, g0, rb, cur, outs, &mut out, at, real) };
+            at += 8;
+        }
+        count_blocks((outs * count.next_multiple_of(8)) as u64);
+    }
+
+    /// What the outputs of a group of [`window_level`] share.
+    struct Group<'a> {
+        rk: &'a RoundKeys,
+        k0: [__m512i; 11],
+        cur: (&'a [u64], &'a [u64], &'a [u64]),
+        rb: &'a [u64],
+        count: usize,
+        at: usize,
+        real: u8,
+        krb: __mmask8,
+        /// Control-bit corrections, seed corrections (nodes) or leaf corrections (leaves:
+        /// left low, left high, right low, right high).
+        tl: __m512i,
+        tr: __m512i,
+        cl: __m512i,
+        ch: __m512i,
+        leaf: [__m512i; 4],
+        tcw_bit: __m512i,
+    }
+
+    /// The words `v[from..]` of a group's real lanes (zero in the others).
+    #[inline(always)]
+    fn read_real(v: &[u64], from: usize, real: u8) -> __m512i {
+        assert!(from + real.count_ones() as usize <= v.len());
+        // SAFETY: the real lanes' words are in bounds (above); the others are not read.
+        unsafe { _mm512_maskz_loadu_epi64(real, v.as_ptr().add(from).cast()) }
+    }
+
+    /// Keys `g0 + at..` (the lanes of `real`) of [`window_level`].
+    #[target_feature(enable = "avx512f,avx512vl,vaes")]
+    #[allow(clippy::too_many_arguments)]
+    fn window_group(
+        rk: &RoundKeys,
+        tree: &TreeKeys,
+        i: u32,
+        g0: usize,
+        rb: &[u64],
+        cur: (&[u64], &[u64], &[u64]),
+        outs: usize,
+        out: &mut super::WindowOut<'_>,
+        at: usize,
+        real: u8,
+    ) {
+        let n = real.count_ones() as usize;
+        let zero = _mm512_setzero_si512();
+        let key0 = g0 + at;
+        let (mut cl, mut ch, mut leaf) = (zero, zero, [zero; 4]);
+        match out {
+            super::WindowOut::Nodes(..) => {
+                let (sl, sh) = tree.scw_level(i);
+                (cl, ch) = (read_real(sl, key0, real), read_real(sh, key0, real));
+            }
+            super::WindowOut::Leaves { leaf_cw, .. } => {
+                leaf = std::array::from_fn(|w| {
+                    load8(&std::array::from_fn(|j| leaf_cw[4 * (at + j.min(n - 1)) + w]))
+                });
+            }
+        }
+        let g = Group {
+            rk,
+            // SAFETY: 64 aligned readable bytes each.
+            k0: std::array::from_fn(|r| unsafe { _mm512_load_si512(rk.0[0][r].as_ptr().cast()) }),
+            cur,
+            rb,
+            count: rb.len(),
+            at,
+            real,
+            krb: _mm512_test_epi64_mask(read_real(rb, at, real), _mm512_set1_epi64(1)),
+            tl: read_real(&tree.tcw_left, key0, real),
+            tr: read_real(&tree.tcw_right, key0, real),
+            cl,
+            ch,
+            leaf,
+            tcw_bit: _mm512_set1_epi64((1u64 << (i & 63)) as i64),
+        };
+        let mut q0 = 0;
+        while q0 < outs {
+            match outs - q0 {
+                1 => window_outputs::<1, 2>(&g, q0, out),
+                2 => window_outputs::<2, 4>(&g, q0, out),
+                3 => window_outputs::<3, 6>(&g, q0, out),
+                _ => window_outputs::<4, 8>(&g, q0, out),
+            }
+            q0 += 4;
+        }
+    }
+
+    /// Outputs `q0..q0 + M` of a group of [`window_level`], in `R = 2M` registers.
+    #[target_feature(enable = "avx512f,avx512vl,vaes")]
+    fn window_outputs<const M: usize, const R: usize>(
+        g: &Group<'_>,
+        q0: usize,
+        out: &mut super::WindowOut<'_>,
+    ) {
+        let zero = _mm512_setzero_si512();
+        let one = _mm512_set1_epi64(1);
+        let (lo, hi, tm) = g.cur;
+        let (mut x, mut km) = ([zero; R], [0u8; R]);
+        let (mut plo, mut phi, mut kt, mut kdir) = ([zero; M], [zero; M], [0u8; M], [0u8; M]);
+        for c in 0..M {
+            let q = q0 + c;
+            // Child q + rb of slot (q + rb) / 2, in direction (q + rb) mod 2.
+            let (s0, s1) = (q >> 1, (q + 1) >> 1);
+            let pick = |v: &[u64]| {
+                let a = read_real(v, s0 * g.count + g.at, g.real);
+                if s1 == s0 {
+                    a
+                } else {
+                    _mm512_mask_blend_epi64(g.krb, a, read_real(v, s1 * g.count + g.at, g.real))
+                }
+            };
+            (plo[c], phi[c]) = (pick(lo), pick(hi));
+            kt[c] = _mm512_test_epi64_mask(pick(tm), one);
+            kdir[c] = if q.is_multiple_of(2) { g.krb } else { !g.krb & g.real };
+            let (even, odd) = (kdir[c] & 0x55, (kdir[c] & 0xaa) >> 1);
+            (km[2 * c], km[2 * c + 1]) = (even | even << 1, odd | odd << 1);
+            let sx = _mm512_xor_si512(phi[c], plo[c]);
+            x[2 * c] = _mm512_unpacklo_epi64(phi[c], sx);
+            x[2 * c + 1] = _mm512_unpackhi_epi64(phi[c], sx);
+        }
+        // SAFETY: 64 aligned readable bytes.
+        let diff = |r: usize| unsafe { _mm512_load_si512(g.rk.0[2][r].as_ptr().cast()) };
+        for q in 0..R {
+            let y = _mm512_xor_si512(x[q], g.k0[0]);
+            x[q] = _mm512_mask_xor_epi64(y, km[q], y, diff(0));
+        }
+        for (r, &k) in g.k0.iter().enumerate().take(10).skip(1) {
+            for q in 0..R {
+                let y = _mm512_aesenc_epi128(x[q], k);
+                x[q] = _mm512_mask_xor_epi64(y, km[q], y, diff(r));
+            }
+            in_step(&mut x);
+        }
+        for q in 0..R {
+            let y = _mm512_aesenclast_epi128(x[q], g.k0[10]);
+            x[q] = _mm512_mask_xor_epi64(y, km[q], y, diff(10));
+        }
+        let n = g.real.count_ones() as usize;
+        for c in 0..M {
+            let q = q0 + c;
+            let hl = _mm512_xor_si512(_mm512_unpacklo_epi64(x[2 * c], x[2 * c + 1]), phi[c]);
+            let hh = _mm512_ternarylogic_epi64::<0x96>(
+                _mm512_unpackhi_epi64(x[2 * c], x[2 * c + 1]),
+                phi[c],
+                plo[c],
+            );
+            match out {
+                super::WindowOut::Nodes(nlo, nhi, ntm) => {
+                    let kh = _mm512_test_epi64_mask(hl, one);
+                    let ktcw =
+                        _mm512_test_epi64_mask(_mm512_mask_blend_epi64(kdir[c], g.tl, g.tr), g.tcw_bit);
+                    let cleared = _mm512_and_si512(hl, _mm512_set1_epi64(-2));
+                    let nl = _mm512_mask_xor_epi64(cleared, kt[c], cleared, g.cl);
+                    let nh = _mm512_mask_xor_epi64(hh, kt[c], hh, g.ch);
+                    let nt = _mm512_maskz_set1_epi64(kh ^ (kt[c] & ktcw), -1);
+                    let to = q * g.count + g.at;
+                    for (v, w) in [(&mut **nlo, nl), (&mut **nhi, nh), (&mut **ntm, nt)] {
+                        assert!(to + n <= v.len());
+                        // SAFETY: the real lanes' words are in bounds (above); the others
+                        // are not written.
+                        unsafe { _mm512_mask_storeu_epi64(v.as_mut_ptr().add(to).cast(), g.real, w) };
+                    }
+                }
+                super::WindowOut::Leaves { blocks, stride, .. } => {
+                    // Each lane's leaf correction for its direction, where its t is set.
+                    let cw = |w: usize| _mm512_mask_blend_epi64(kdir[c], g.leaf[w], g.leaf[2 + w]);
+                    let bl = _mm512_mask_xor_epi64(hl, kt[c], hl, cw(0));
+                    let bh = _mm512_mask_xor_epi64(hh, kt[c], hh, cw(1));
+                    let (mut vl, mut vh) = ([0u64; 8], [0u64; 8]);
+                    // SAFETY: 64 writable bytes each.
+                    unsafe {
+                        _mm512_storeu_si512(vl.as_mut_ptr().cast(), bl);
+                        _mm512_storeu_si512(vh.as_mut_ptr().cast(), bh);
+                    }
+                    for j in 0..n {
+                        let k = g.at + j;
+                        let ci = q + (g.rb[k] & 1) as usize;
+                        blocks[k * *stride + ci] = vl[j] as u128 | (vh[j] as u128) << 64;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Eight words as a register.
+    #[inline(always)]
+    fn load8(v: &[u64; 8]) -> __m512i {
+        // SAFETY: 64 readable bytes.
+        unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
     }
 
     /// Keep the registers' AES rounds in step: round `r + 1` of any register is issued after
