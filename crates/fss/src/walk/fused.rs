@@ -10,6 +10,10 @@
 //! level instead of two, and no arrays between levels. The next levels' correction words
 //! are prefetched. The results are the level-by-level walk's bit for bit (tests below); a
 //! build without AVX-512 and VAES runs that walk.
+//!
+//! [`window_level`] does the same for a window's subtree (`BitDpfKeys::window_whole`): each
+//! key's nodes of the next level (or its leaf blocks) are computed as the chosen children of
+//! parents blended from two slots, instead of both children of every slot and a select.
 
 use std::ops::Range;
 
