@@ -82,6 +82,7 @@ pub fn aes_blocks() -> u64 {
 
 /// Count `n` blocks encrypted outside [`Prg`] (the fused walk's own AES rounds).
 #[inline]
+#[allow(dead_code)] // (only the VAES walk calls it)
 pub(crate) fn count_blocks(n: u64) {
     AES_BLOCKS.fetch_add(n, Ordering::Relaxed);
 }

@@ -31,22 +31,7 @@ pub(super) fn descend<const PARITY: bool>(
     points: &[u64],
     s0: u32,
 ) {
-    #[cfg(all(
-        target_arch = "x86_64",
-        target_feature = "avx512f",
-        target_feature = "vaes",
-        target_feature = "aes",
-        target_feature = "avx512vl"
-    ))]
-    vaes::descend::<PARITY>(w, tree, levels, key, points, s0);
-    #[cfg(not(all(
-        target_arch = "x86_64",
-        target_feature = "avx512f",
-        target_feature = "vaes",
-        target_feature = "aes",
-        target_feature = "avx512vl"
-    )))]
-    w.descend_levels_batched::<PARITY>(tree, levels, key, points, s0);
+    kernel::descend::<PARITY>(w, tree, levels, key, points, s0);
 }
 
 /// A level of a window's subtree (`BitDpfKeys::window_whole`), keys `g0..g0 + rb.len()`:
@@ -65,37 +50,55 @@ pub(crate) fn window_level(
     outs: usize,
     out: WindowOut<'_>,
 ) -> bool {
-    #[cfg(all(
-        target_arch = "x86_64",
-        target_feature = "avx512f",
-        target_feature = "vaes",
-        target_feature = "aes",
-        target_feature = "avx512vl"
-    ))]
-    {
-        vaes::window_level(tree, i, g0, rb, cur, outs, out);
-        true
-    }
-    #[cfg(not(all(
-        target_arch = "x86_64",
-        target_feature = "avx512f",
-        target_feature = "vaes",
-        target_feature = "aes",
-        target_feature = "avx512vl"
-    )))]
-    {
-        let _ = (tree, i, g0, rb, cur, outs, out);
-        false
-    }
+    kernel::window_level(tree, i, g0, rb, cur, outs, out)
 }
 
 /// Where [`window_level`] puts its outputs.
+#[allow(dead_code)] // (only the VAES kernel reads the fields)
 pub(crate) enum WindowOut<'a> {
     /// The next level's slots, slot-major: seed halves and control masks.
     Nodes(&'a mut [u64], &'a mut [u64], &'a mut [u64]),
     /// Leaf blocks, key-major with `stride` blocks per key, corrected by the keys' leaf
     /// correction words (four words per key, from key `g0`).
     Leaves { blocks: &'a mut [u128], stride: usize, leaf_cw: &'a [u64] },
+}
+
+/// Without AVX-512 and VAES: the level-by-level walk, and no fused subtree.
+#[cfg(not(all(
+    target_arch = "x86_64",
+    target_feature = "avx512f",
+    target_feature = "vaes",
+    target_feature = "aes",
+    target_feature = "avx512vl"
+)))]
+mod kernel {
+    use std::ops::Range;
+
+    use crate::tree::TreeKeys;
+    use crate::walk::Walk;
+
+    pub(super) fn descend<const PARITY: bool>(
+        w: &mut Walk,
+        tree: &TreeKeys,
+        levels: Range<u32>,
+        key: impl Fn(usize) -> usize,
+        points: &[u64],
+        s0: u32,
+    ) {
+        w.descend_levels_batched::<PARITY>(tree, levels, key, points, s0);
+    }
+
+    pub(super) fn window_level(
+        _: &TreeKeys,
+        _: u32,
+        _: usize,
+        _: &[u64],
+        _: (&[u64], &[u64], &[u64]),
+        _: usize,
+        _: super::WindowOut<'_>,
+    ) -> bool {
+        false
+    }
 }
 
 #[cfg(all(
@@ -106,7 +109,7 @@ pub(crate) enum WindowOut<'a> {
     target_feature = "avx512vl"
 ))]
 #[allow(unsafe_code)]
-mod vaes {
+mod kernel {
     use std::arch::x86_64::*;
     use std::ops::Range;
     use std::sync::OnceLock;
@@ -250,7 +253,7 @@ mod vaes {
         cur: (&[u64], &[u64], &[u64]),
         outs: usize,
         mut out: super::WindowOut<'_>,
-    ) {
+    ) -> bool {
         let count = rb.len();
         let rk = round_keys();
         let mut at = 0;
@@ -261,6 +264,7 @@ mod vaes {
             at += 8;
         }
         count_blocks((outs * count.next_multiple_of(8)) as u64);
+        true
     }
 
     /// What the outputs of a group of [`window_level`] share.
@@ -530,11 +534,6 @@ mod vaes {
         let keys: [usize; BATCH] = std::array::from_fn(|q| if q < 8 * G { key(lane(q)) } else { 0 });
         // Consecutive keys, every lane real: the correction words are read as slices.
         let first = (lanes.len() == 8 * G && (0..8 * G).all(|q| keys[q] == keys[0] + q)).then_some(keys[0]);
-        let load = |v: &[u64]| {
-            let v: &[u64; 8] = v.try_into().expect("eight words");
-            // SAFETY: 64 readable bytes.
-            unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
-        };
         // Group g's real lanes (at least one: G is the fewest groups that hold the lanes).
         let at = |g: usize| lanes.start + 8 * g;
         let real = |g: usize| (0xffu16 >> (8 - (lanes.len() - 8 * g).min(8))) as u8;
@@ -545,8 +544,8 @@ mod vaes {
             unsafe { _mm512_maskz_loadu_epi64(real(g), v.as_ptr().add(at(g)).cast()) }
         };
         let per_key = |v: &[u64], g: usize| match first {
-            Some(f) => load(&v[f + 8 * g..f + 8 * g + 8]),
-            None => load(&std::array::from_fn::<u64, 8, _>(|j| v[keys[8 * g + j]])),
+            Some(f) => load8(v[f + 8 * g..f + 8 * g + 8].try_into().expect("eight words")),
+            None => load8(&std::array::from_fn(|j| v[keys[8 * g + j]])),
         };
         let one = _mm512_set1_epi64(1);
         let zero = _mm512_setzero_si512();
@@ -686,6 +685,29 @@ mod vaes {
         }
         G
     }
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// The key schedule gives the `aes` crate's ciphertexts under both walk keys.
+        #[test]
+        fn key_schedule_matches_the_aes_crate() {
+            use crate::prg::{FIXED_KEYS, HashKey, Prg};
+            let prg = Prg::global();
+            for (j, hk) in [HashKey::Left, HashKey::Right, HashKey::ValueLeft, HashKey::ValueRight]
+                .into_iter()
+                .enumerate()
+            {
+                let rk = expand(FIXED_KEYS[j]);
+                for x in [0u128, 1, u128::MAX, 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210] {
+                    // H_j(x) = AES(σ(x)) ⊕ σ(x).
+                    let s = crate::prg::sigma(x);
+                    let aes = u128::from_le_bytes(encrypt_with(&rk, s.to_le_bytes()));
+                    assert_eq!(aes ^ s, prg.hash(hk, x));
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -758,30 +780,5 @@ mod tests {
 
     fn rng_bit(k: usize, salt: usize) -> bool {
         (k.wrapping_mul(0x9e37_79b9) >> salt) & 1 == 1
-    }
-
-    /// The key schedule gives the `aes` crate's ciphertexts under both walk keys.
-    #[cfg(all(
-        target_arch = "x86_64",
-        target_feature = "avx512f",
-        target_feature = "vaes",
-        target_feature = "aes",
-        target_feature = "avx512vl"
-    ))]
-    #[test]
-    fn key_schedule_matches_the_aes_crate() {
-        use crate::prg::{FIXED_KEYS, HashKey, Prg};
-        let prg = Prg::global();
-        for (j, hk) in
-            [HashKey::Left, HashKey::Right, HashKey::ValueLeft, HashKey::ValueRight].into_iter().enumerate()
-        {
-            let rk = vaes::expand(FIXED_KEYS[j]);
-            for x in [0u128, 1, u128::MAX, 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210] {
-                // H_j(x) = AES(σ(x)) ⊕ σ(x).
-                let s = crate::prg::sigma(x);
-                let aes = u128::from_le_bytes(vaes::encrypt_with(&rk, s.to_le_bytes()));
-                assert_eq!(aes ^ s, prg.hash(hk, x));
-            }
-        }
     }
 }
