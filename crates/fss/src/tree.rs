@@ -268,8 +268,9 @@ impl DealerTrees {
 
     /// Hash every seed into both children (`4` AES per key per level).
     pub fn expand(&mut self, prg: &Prg) {
-        prg.hash_halves(
-            [HashKey::Left, HashKey::Right],
+        hash_halves(
+            prg,
+            [(HashKey::Left, 0), (HashKey::Right, 0)],
             (&self.seed_lo, &self.seed_hi),
             [(&mut self.left_lo, &mut self.left_hi), (&mut self.right_lo, &mut self.right_hi)],
         );
@@ -285,7 +286,8 @@ impl DealerTrees {
         values: [(&mut [u64], &mut [u64]); 2],
     ) {
         let [vl, vr] = values;
-        prg.hash_halves_tweaked(
+        hash_halves(
+            prg,
             [(HashKey::Left, 0), (HashKey::Right, 0), value_keys[0], value_keys[1]],
             (&self.seed_lo, &self.seed_hi),
             [(&mut self.left_lo, &mut self.left_hi), (&mut self.right_lo, &mut self.right_hi), vl, vr],
@@ -332,6 +334,19 @@ impl DealerTrees {
             tcw_l[k] |= tl << i;
             tcw_r[k] |= tr << i;
         }
+    }
+}
+
+/// The dealer's hashes of every seed ([`Prg::hash_halves_tweaked`]): with VAES in registers
+/// ([`crate::walk::fused::hash_halves`]), else over block arrays.
+fn hash_halves<const K: usize>(
+    prg: &Prg,
+    keys: [(HashKey, u64); K],
+    seeds: (&[u64], &[u64]),
+    mut outs: [(&mut [u64], &mut [u64]); K],
+) {
+    if !crate::walk::fused::hash_halves(keys, seeds, &mut outs) {
+        prg.hash_halves_tweaked(keys, seeds, outs);
     }
 }
 
