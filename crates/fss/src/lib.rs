@@ -51,6 +51,7 @@ pub mod ring;
 pub mod rng;
 pub mod share;
 mod tree;
+mod vaes;
 pub mod walk;
 pub mod wipe;
 pub mod words;

@@ -338,14 +338,14 @@ impl DealerTrees {
 }
 
 /// The dealer's hashes of every seed ([`Prg::hash_halves_tweaked`]): with VAES in registers
-/// ([`crate::walk::fused::hash_halves`]), else over block arrays.
+/// ([`crate::vaes::hash_halves`]), else over block arrays.
 fn hash_halves<const K: usize>(
     prg: &Prg,
     keys: [(HashKey, u64); K],
     seeds: (&[u64], &[u64]),
     mut outs: [(&mut [u64], &mut [u64]); K],
 ) {
-    if !crate::walk::fused::hash_halves(keys, seeds, &mut outs) {
+    if !crate::vaes::hash_halves(keys, seeds, &mut outs) {
         prg.hash_halves_tweaked(keys, seeds, outs);
     }
 }
