@@ -326,22 +326,27 @@ fn fold_leaves(g: GateRef<'_>, party0: bool, xh: &[u64], bits: &ChunkBits, accs:
     let (p, plan) = (g.p, g.plan);
     let lw = words_for(p.leaves.len()).max(1);
     let ChunkBits { lt, eq, windows } = bits;
-    for (e, acc) in accs.chunks_exact_mut(lw).enumerate() {
+    // Table by table over the chunk's elements (the XORs commute): each pass reads one
+    // table, and the per-table decisions are taken once per chunk.
+    for acc in accs.chunks_exact_mut(lw) {
         acc.iter_mut().zip(&plan.konst).for_each(|(a, &k)| *a = if party0 { k } else { 0 });
-        for (fi, f) in p.families.iter().enumerate() {
-            let w = words_for(f.points.len());
-            if !plan.lt_tables[fi].is_empty() {
-                plan.lt_tables[fi].apply(&lt[fi][e * w..(e + 1) * w], acc);
-            }
-            if !plan.eq_tables[fi].is_empty() {
-                plan.eq_tables[fi].apply(&eq[fi][e * w..(e + 1) * w], acc);
-            }
-            for (ri, (run, t)) in plan.families[fi].runs.iter().zip(&plan.run_tables[fi]).enumerate() {
-                if !t.used {
-                    continue;
+    }
+    for (fi, f) in p.families.iter().enumerate() {
+        let w = words_for(f.points.len());
+        for (table, v) in [(&plan.lt_tables[fi], &lt[fi]), (&plan.eq_tables[fi], &eq[fi])] {
+            if !table.is_empty() && w > 0 {
+                for (acc, s) in accs.chunks_exact_mut(lw).zip(v.chunks_exact(w)) {
+                    table.apply(s, acc);
                 }
-                let win = &windows[fi][ri];
-                let rw = words_for(run.width);
+            }
+        }
+        for (ri, (run, t)) in plan.families[fi].runs.iter().zip(&plan.run_tables[fi]).enumerate() {
+            if !t.used {
+                continue;
+            }
+            let win = &windows[fi][ri];
+            let rw = words_for(run.width);
+            for (e, acc) in accs.chunks_exact_mut(lw).enumerate() {
                 t.window.apply(&win.bits[e * rw..(e + 1) * rw], acc);
                 // Points past the wrap end at 2^bits − 1 (LT = 0), the others at the
                 // run's first point: its LT share, weighted by the LT terms after u.
@@ -354,9 +359,10 @@ fn fold_leaves(g: GateRef<'_>, party0: bool, xh: &[u64], bits: &ChunkBits, accs:
                 }
             }
         }
-        if party0 {
-            let x = xh[e];
-            for g in &plan.below {
+    }
+    if party0 {
+        for g in &plan.below {
+            for (acc, &x) in accs.chunks_exact_mut(lw).zip(xh) {
                 let i = g.count_upto(x & mask(g.bits));
                 acc.iter_mut().zip(&g.suffix[i * lw..(i + 1) * lw]).for_each(|(a, s)| *a ^= s);
             }
