@@ -210,20 +210,28 @@ pub fn keygen_with_roots(
             // Word `j` of a node's value blocks.
             let (blk, shift) = (j / wpb, (j % wpb) as u32 * params.out_bits);
             let row = (i as usize * kw + j) * m;
-            value_step(
-                &mut vcw[row..row + m],
-                &mut acc_v[j * m..(j + 1) * m],
-                |c, lane| match (kw, fused) {
-                    (1, _) => one_lo[c][lane],
-                    (_, true) => {
-                        ((one_lo[c][lane] as u128 | (one_hi[c][lane] as u128) << 64) >> shift) as u64
-                    }
-                    _ => (vals[c][lane * nb + blk] >> shift) as u64,
-                },
-                &trees.t,
-                ell,
-                |k| (path_bit(alphas[k], n, i), betas[k * kw + j]),
-            );
+            let (row, acc) = (&mut vcw[row..row + m], &mut acc_v[j * m..(j + 1) * m]);
+            let point = |k: usize| (path_bit(alphas[k], n, i), betas[k * kw + j]);
+            // (One call per source of the words, so that each loop is a plain one.)
+            match (kw, fused) {
+                (1, _) => value_step(row, acc, |c, lane| one_lo[c][lane], &trees.t, ell, point),
+                (_, true) => value_step(
+                    row,
+                    acc,
+                    |c, lane| ((one_lo[c][lane] as u128 | (one_hi[c][lane] as u128) << 64) >> shift) as u64,
+                    &trees.t,
+                    ell,
+                    point,
+                ),
+                _ => value_step(
+                    row,
+                    acc,
+                    |c, lane| (vals[c][lane * nb + blk] >> shift) as u64,
+                    &trees.t,
+                    ell,
+                    point,
+                ),
+            }
         }
         trees.step(i, |k| path_bit(alphas[k], n, i));
     }
