@@ -55,7 +55,7 @@ mod kernel {
     target_feature = "avx512vl"
 ))]
 #[allow(unsafe_code)]
-mod kernel {
+pub(crate) mod kernel {
     use std::arch::x86_64::*;
     use std::sync::OnceLock;
 
@@ -328,15 +328,6 @@ mod kernel {
         }
     }
 }
-
-#[cfg(all(
-    target_arch = "x86_64",
-    target_feature = "avx512f",
-    target_feature = "vaes",
-    target_feature = "aes",
-    target_feature = "avx512vl"
-))]
-pub(crate) use kernel::{expand, in_step, load8};
 
 #[cfg(test)]
 mod tests {

@@ -116,7 +116,7 @@ mod kernel {
 
     use crate::prg::{FIXED_KEYS, count_blocks};
     use crate::tree::TreeKeys;
-    use crate::vaes::{expand, in_step, load8};
+    use crate::vaes::kernel::{expand, in_step, load8};
     use crate::walk::Walk;
 
     /// Lanes walked together: four groups of eight, eight independent AES chains (two
