@@ -144,9 +144,8 @@ pub(crate) mod kernel {
     }
 
     /// [`super::hash_halves`] with VAES: sixteen AES chains at a time (`K` hashes of `8/K`
-    /// groups of eight seeds, two registers of four blocks each; eight chains left `vaesenc`
-    /// a quarter below its throughput: criterion `keygen/dcf_n50_l64_k1` 815–859 µs against
-    /// 766–787 with sixteen).
+    /// groups of eight seeds, two registers of four blocks each; with eight chains criterion
+    /// `keygen/dcf_n50_l64_k1` took 815–859 µs, with sixteen 766–787).
     pub(super) fn hash_halves<const K: usize>(
         keys: [(HashKey, u64); K],
         seeds: (&[u64], &[u64]),
@@ -341,8 +340,13 @@ mod tests {
     fn dealer_hashes_equal_the_block_arrays() {
         let prg = crate::prg::Prg::global();
         let mut rng = DealerRng::seed_from_u64(11);
-        let vaes =
-            cfg!(all(target_feature = "avx512f", target_feature = "vaes", target_feature = "avx512vl"));
+        let vaes = cfg!(all(
+            target_arch = "x86_64",
+            target_feature = "avx512f",
+            target_feature = "vaes",
+            target_feature = "aes",
+            target_feature = "avx512vl"
+        ));
         for n in [0usize, 1, 5, 8, 9, 16, 17, 31, 33, 64, 100, 257] {
             let lo: Vec<u64> = (0..n).map(|_| rng.next_u64()).collect();
             let hi: Vec<u64> = (0..n).map(|_| rng.next_u64()).collect();
@@ -352,30 +356,23 @@ mod tests {
                 seeds: (&[u64], &[u64]),
                 vaes: bool,
             ) {
-                let n = seeds.0.len();
-                let mut want = vec![(vec![0u64; n], vec![0u64; n]); K];
-                let mut outs: [(&mut [u64], &mut [u64]); K] = {
-                    let mut it = want.iter_mut();
-                    std::array::from_fn(|_| {
-                        let (l, h) = it.next().expect("K outputs");
-                        (&mut l[..], &mut h[..])
-                    })
-                };
-                prg.hash_halves_tweaked(
-                    keys,
-                    seeds,
-                    std::mem::replace(&mut outs, std::array::from_fn(|_| (&mut [][..], &mut [][..]))),
-                );
-                // One spare word past the seeds, which must keep its value.
-                let mut got = vec![(vec![7u64; n + 1], vec![7u64; n + 1]); K];
-                let mut outs: [(&mut [u64], &mut [u64]); K] = {
-                    let mut it = got.iter_mut();
+                // The first `n` words of each output pair, as the hashes take them.
+                fn outs<const K: usize>(
+                    v: &mut [(Vec<u64>, Vec<u64>)],
+                    n: usize,
+                ) -> [(&mut [u64], &mut [u64]); K] {
+                    let mut it = v.iter_mut();
                     std::array::from_fn(|_| {
                         let (l, h) = it.next().expect("K outputs");
                         (&mut l[..n], &mut h[..n])
                     })
-                };
-                assert_eq!(hash_halves(keys, seeds, &mut outs), vaes);
+                }
+                let n = seeds.0.len();
+                let mut want = vec![(vec![0u64; n], vec![0u64; n]); K];
+                prg.hash_halves_tweaked(keys, seeds, outs(&mut want, n));
+                // One spare word past the seeds, which must keep its value.
+                let mut got = vec![(vec![7u64; n + 1], vec![7u64; n + 1]); K];
+                assert_eq!(hash_halves(keys, seeds, &mut outs(&mut got, n)), vaes);
                 if !vaes {
                     return;
                 }

@@ -334,9 +334,9 @@ fn fold_leaves(g: GateRef<'_>, party0: bool, xh: &[u64], bits: &ChunkBits, accs:
     for (fi, f) in p.families.iter().enumerate() {
         let w = words_for(f.points.len());
         for (table, v) in [(&plan.lt_tables[fi], &lt[fi]), (&plan.eq_tables[fi], &eq[fi])] {
-            if !table.is_empty() && w > 0 {
-                for (acc, s) in accs.chunks_exact_mut(lw).zip(v.chunks_exact(w)) {
-                    table.apply(s, acc);
+            if !table.is_empty() {
+                for (e, acc) in accs.chunks_exact_mut(lw).enumerate() {
+                    table.apply(&v[e * w..(e + 1) * w], acc);
                 }
             }
         }
