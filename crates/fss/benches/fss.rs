@@ -114,6 +114,21 @@ fn bench_aes(c: &mut Criterion) {
     g.finish();
 }
 
+/// The dealer's generator per 64-bit word: bulk words (shares of dealer words) and bulk
+/// bytes (tree roots).
+fn bench_rng(c: &mut Criterion) {
+    use fss::rng::SplitRng;
+    const WORDS: usize = 1 << 16;
+    let mut r = DealerRng::seed_from_u64(5);
+    let mut g = c.benchmark_group("rng");
+    g.throughput(Throughput::Elements(WORDS as u64));
+    let mut words = vec![0u64; WORDS];
+    g.bench_function("fill_words", |b| b.iter(|| r.fill_words(black_box(&mut words))));
+    let mut bytes = vec![0u8; 8 * WORDS];
+    g.bench_function("fill_bytes", |b| b.iter(|| r.fill_bytes(black_box(&mut bytes))));
+    g.finish();
+}
+
 /// Key decoding (`fss::codec`): the bulk reads a server runs on every key it loads, per
 /// word read, at a bit offset (a key's runs rarely start on a byte).
 fn bench_codec(c: &mut Criterion) {
@@ -189,5 +204,5 @@ fn bench_codec(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_eval, bench_full_domain, bench_keygen, bench_aes, bench_codec);
+criterion_group!(benches, bench_eval, bench_full_domain, bench_keygen, bench_aes, bench_rng, bench_codec);
 criterion_main!(benches);

@@ -13,7 +13,7 @@ pub use rand_core::{CryptoRng, Rng, SeedableRng};
 use rand_core::{TryCryptoRng, TryRng};
 use zeroize::Zeroize;
 
-use crate::prg::{AesBlock, to_block};
+use crate::prg::AesBlock;
 
 use crate::pad::{PadSeed, RootStream};
 use crate::tree::SEED_MASK;
@@ -60,11 +60,30 @@ pub enum Split {
 pub trait SplitRng: CryptoRng {
     /// The split mode.
     fn split(&self) -> Split;
+
+    /// `out` filled with the generator's next words, in the order `next_u64` returns them
+    /// (bulk randomness: shares of a dealer word for every element).
+    fn fill_words(&mut self, out: &mut [u64]) {
+        out.iter_mut().for_each(|w| *w = self.next_u64());
+    }
 }
 
 impl SplitRng for DealerRng {
     fn split(&self) -> Split {
         self.split
+    }
+
+    /// The buffered words, then the keystream encrypted straight into `out`, then a refill
+    /// for an odd last word: a few memory passes per word, where copying word by word
+    /// through the buffer cost ~5× the AES.
+    fn fill_words(&mut self, out: &mut [u64]) {
+        let rest = self.take_buffered(out);
+        let (bulk, tail) = rest.split_at_mut(rest.len() & !1);
+        keystream(&self.cipher, &mut self.counter, bulk);
+        if !tail.is_empty() {
+            self.refill();
+            self.take_buffered(tail);
+        }
     }
 }
 
@@ -79,19 +98,35 @@ impl DealerRng {
 /// 64-bit words a [`DealerRng`] generates at a time (two per AES block).
 const WORDS: usize = 2 * crate::prg::PAR;
 
+/// `out` (an even number of words) filled with the keystream from `counter` on, two words
+/// per block as [`crate::prg::halves`] reads them: each block's counter written in place
+/// and encrypted there, so the keystream has no other copy to wipe.
+fn keystream(cipher: &Aes128Enc, counter: &mut u128, out: &mut [u64]) {
+    for pair in out.chunks_exact_mut(2) {
+        pair[0] = (*counter as u64).to_le();
+        pair[1] = ((*counter >> 64) as u64).to_le();
+        *counter = counter.wrapping_add(1);
+    }
+    let bytes: &mut [[u8; 16]] = bytemuck::cast_slice_mut(out);
+    cipher.encrypt_blocks(AesBlock::cast_slice_from_core_mut(bytes));
+    out.iter_mut().for_each(|w| *w = u64::from_le(*w));
+}
+
 impl DealerRng {
     fn refill(&mut self) {
-        let mut blocks = [AesBlock::default(); WORDS / 2];
-        for b in &mut blocks {
-            *b = to_block(self.counter);
-            self.counter = self.counter.wrapping_add(1);
-        }
-        self.cipher.encrypt_blocks(&mut blocks);
-        for (o, b) in self.words.chunks_exact_mut(2).zip(&mut blocks) {
-            (o[0], o[1]) = crate::prg::halves(b);
-            b.as_mut_slice().zeroize();
-        }
+        keystream(&self.cipher, &mut self.counter, &mut self.words[..]);
         self.next = 0;
+    }
+
+    /// As many of the buffered words as fit into the start of `out` (wiped from the
+    /// buffer); the rest of `out`.
+    fn take_buffered<'a>(&mut self, out: &'a mut [u64]) -> &'a mut [u64] {
+        let k = out.len().min(WORDS - self.next);
+        let words = &mut self.words[self.next..self.next + k];
+        out[..k].copy_from_slice(words);
+        words.zeroize();
+        self.next += k;
+        &mut out[k..]
     }
 
     #[inline]
@@ -149,7 +184,7 @@ impl TryRng for DealerRng {
 
     /// Word after word, little-endian (a short tail takes the low bytes of one more word):
     /// whole words a refill at a time (the words handed out zeroed in one pass), so that
-    /// bulk randomness (`gates::dealer::random_words`) costs no test and store per word.
+    /// bulk bytes (a batch of tree roots) cost no test and store per word.
     fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Infallible> {
         let mut chunks = dst.chunks_exact_mut(8);
         while chunks.len() > 0 {
@@ -186,13 +221,6 @@ pub fn os_rng() -> Result<DealerRng, getrandom::Error> {
     let rng = DealerRng::from_seed(seed);
     zeroize::Zeroize::zeroize(&mut seed);
     Ok(rng)
-}
-
-/// A uniformly random tree seed with the control bit cleared.
-pub(crate) fn random_seed<R: CryptoRng + ?Sized>(rng: &mut R) -> u128 {
-    let mut b = [0u8; 16];
-    rng.fill_bytes(&mut b);
-    u128::from_le_bytes(b) & SEED_MASK
 }
 
 /// The parties' root streams of [`with_root_seeds`].
@@ -235,7 +263,17 @@ pub(crate) fn random_roots<R: CryptoRng + ?Sized>(rng: &mut R, keys: usize) -> V
         s1.take(keys, &mut b);
         Some(a.into_iter().zip(b).flat_map(|(x, y)| [x, y]).collect())
     });
-    from_streams.unwrap_or_else(|| (0..2 * keys).map(|_| random_seed(rng)).collect())
+    from_streams.unwrap_or_else(|| {
+        // One draw for the batch: seed after seed, 16 little-endian bytes each, control bits cleared.
+        let mut bytes = vec![0u8; 32 * keys];
+        rng.fill_bytes(&mut bytes);
+        let roots = bytes
+            .chunks_exact(16)
+            .map(|b| u128::from_le_bytes(b.try_into().expect("16 bytes")) & SEED_MASK)
+            .collect();
+        crate::wipe::wipe(&mut bytes);
+        roots
+    })
 }
 
 /// A uniformly random 128-bit block.
@@ -259,7 +297,7 @@ mod tests {
         assert_eq!(r.next_u64(), 0x2e2b_34ca_59fa_4c88);
         let second = {
             let c = Aes128Enc::new(&[0u8; 16].into());
-            let mut b = to_block(1);
+            let mut b = crate::prg::to_block(1);
             c.encrypt_block(&mut b);
             crate::prg::from_block(&b)
         };
@@ -290,6 +328,42 @@ mod tests {
         mixed.push(c.next_u64());
         assert_eq!(mixed[..153], words[..153]);
         assert_eq!(mixed[153], words[154]);
+    }
+
+    /// Bulk words are the next words: from a fresh generator and from mid-refill, shorter
+    /// than a refill, whole refills and more, with the stream going on after them.
+    #[test]
+    fn fill_words_is_the_stream_of_next_u64() {
+        let mut a = DealerRng::seed_from_u64(9);
+        let want: Vec<u64> = (0..2000).map(|_| a.next_u64()).collect();
+        for first in [0usize, 1, 127, 128, 129] {
+            for len in [0usize, 1, 5, 127, 128, 129, 256, 300, 1000] {
+                let mut b = DealerRng::seed_from_u64(9);
+                (0..first).for_each(|_| _ = b.next_u64());
+                let mut got = vec![0u64; len];
+                b.fill_words(&mut got);
+                assert_eq!(got, want[first..first + len], "first {first}, len {len}");
+                assert_eq!(b.next_u64(), want[first + len], "first {first}, len {len}");
+            }
+        }
+    }
+
+    /// A batch of roots drawn from the generator is seed after seed, each the next 16 bytes
+    /// with its control bit cleared.
+    #[test]
+    fn roots_from_the_generator_are_its_next_blocks() {
+        let mut a = DealerRng::seed_from_u64(4);
+        let want: Vec<u128> = (0..7)
+            .map(|_| {
+                let mut b = [0u8; 16];
+                a.fill_bytes(&mut b);
+                u128::from_le_bytes(b) & SEED_MASK
+            })
+            .collect();
+        let mut b = DealerRng::seed_from_u64(4);
+        assert_eq!(random_roots(&mut b, 3), want[..6]);
+        assert!(random_roots(&mut b, 0).is_empty());
+        assert_eq!(random_roots(&mut b, 1)[0], want[6]);
     }
 
     #[test]

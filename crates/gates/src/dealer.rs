@@ -4,24 +4,16 @@ use fss::ring::mask;
 use fss::rng::{Split, SplitRng};
 use zeroize::Zeroize;
 
-/// `count` uniform words of `bits` bits: as `count` calls of `next_u64`, masked (the
-/// generator's byte stream is its words, little-endian), taken in bulk through
-/// `fill_bytes` (`fss::rng::DealerRng` hands out a refill at a time).
+/// `count` uniform words of `bits` bits: as `count` calls of `next_u64`, masked, taken in
+/// bulk through [`SplitRng::fill_words`] (`fss::rng::DealerRng` encrypts straight into
+/// them).
 pub fn random_words<R: SplitRng + ?Sized>(rng: &mut R, count: usize, bits: u32) -> Vec<u64> {
-    /// Words per `fill_bytes` call (a stack buffer of 2 KB).
-    const BATCH: usize = 256;
     let m = mask(bits);
-    let mut out = Vec::with_capacity(count);
-    let mut buf = [0u8; 8 * BATCH];
-    let mut left = count;
-    while left > 0 {
-        let k = left.min(BATCH);
-        let bytes = &mut buf[..8 * k];
-        rng.fill_bytes(bytes);
-        out.extend(bytes.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) & m));
-        left -= k;
+    let mut out = vec![0u64; count];
+    rng.fill_words(&mut out);
+    if bits < 64 {
+        out.iter_mut().for_each(|w| *w &= m);
     }
-    buf.zeroize();
     out
 }
 
