@@ -8,6 +8,9 @@
 
 use fss::DecodeError;
 use fss::codec::{BitReader, BitWriter};
+use fss::ring::mask;
+use fss::rng::{Split, SplitRng};
+use zeroize::Zeroize;
 
 /// Shares of one dealer word, element by element (`len` of them), in the narrowest class
 /// that holds its width. (No `Debug`: it is key material.)
@@ -23,6 +26,7 @@ pub(crate) enum WordColumn {
 
 impl WordColumn {
     /// `values` (each already below `2^width`) in the class of `width`; `values` is wiped.
+    #[cfg(test)]
     pub(crate) fn new(mut values: Vec<u64>, width: u32) -> WordColumn {
         let col = match width {
             0 | 1 => {
@@ -37,6 +41,61 @@ impl WordColumn {
         };
         fss::wipe::wipe(&mut values);
         col
+    }
+
+    /// Both parties' additive shares of `values` (each already below `2^width`) mod
+    /// `2^width`, split as `rng` says ([`Split`]), each in the class of `width`. The random
+    /// shares are drawn at the class's width: a generator word gives 64 one-bit shares or
+    /// two narrow ones (a word per element and a repacking pass cost the dealer ~a quarter
+    /// of a compiled gate's key generation).
+    pub(crate) fn share<R: SplitRng + ?Sized>(rng: &mut R, values: &[u64], width: u32) -> [WordColumn; 2] {
+        let len = values.len();
+        let m = mask(width);
+        // Generator words per class: a bit, half a word or a word per element.
+        let words = match width {
+            0 | 1 => len.div_ceil(64),
+            2..=32 => len.div_ceil(2),
+            _ => len,
+        };
+        let mut r = vec![0u64; words];
+        match rng.split() {
+            _ if width == 0 => {}
+            Split::Random => rng.fill_words(&mut r),
+            Split::ResplitDrawing => {
+                rng.fill_words(&mut r);
+                r.as_mut_slice().zeroize();
+            }
+            Split::Resplit => {}
+        }
+        let out = match width {
+            0 | 1 => {
+                if let Some(last) = r.last_mut().filter(|_| !len.is_multiple_of(64)) {
+                    *last &= mask((len % 64) as u32);
+                }
+                let mut b = r.clone();
+                for (e, &v) in values.iter().enumerate() {
+                    b[e / 64] ^= (v & m & 1) << (e % 64);
+                }
+                [WordColumn::Bits(std::mem::take(&mut r)), WordColumn::Bits(b)]
+            }
+            2..=32 => {
+                let a: Vec<u32> = r
+                    .iter()
+                    .flat_map(|&w| [w as u32, (w >> 32) as u32])
+                    .take(len)
+                    .map(|x| x & m as u32)
+                    .collect();
+                let b = values.iter().zip(&a).map(|(&v, &x)| (v.wrapping_sub(x as u64) & m) as u32).collect();
+                [WordColumn::Narrow(a), WordColumn::Narrow(b)]
+            }
+            _ => {
+                r.iter_mut().for_each(|x| *x &= m);
+                let b = values.iter().zip(&r).map(|(&v, &x)| v.wrapping_sub(x) & m).collect();
+                [WordColumn::Wide(std::mem::take(&mut r)), WordColumn::Wide(b)]
+            }
+        };
+        fss::wipe::wipe(&mut r);
+        out
     }
 
     /// Read `len` words of `width` bits (the stored layout: `width` bits per element).
@@ -134,7 +193,68 @@ impl WordColumn {
 
 #[cfg(test)]
 mod tests {
+    use fss::rng::{DealerRng, Rng, SeedableRng};
+
     use super::*;
+
+    /// The elements of a column as words.
+    fn words_of(c: &WordColumn, len: usize) -> Vec<u64> {
+        let mut buf = vec![0u64; len];
+        c.block(0..len, &mut buf).to_vec()
+    }
+
+    /// Shares add up to the values mod `2^width` in every class and length (padding bits of
+    /// a one-bit column clear); a random split draws a bit, half a word or a word of the
+    /// generator per element and its first share is not the zero column; a resplit is
+    /// `(0, v)`, drawing as much as the random split or nothing.
+    #[test]
+    fn shares_add_up_in_every_class() {
+        for width in [0u32, 1, 2, 17, 32, 33, 37, 64] {
+            for len in [0usize, 1, 2, 63, 64, 65, 200] {
+                let m = mask(width);
+                let values: Vec<u64> =
+                    (0..len as u64).map(|e| e.wrapping_mul(0x9e37_79b9_7f4a_7c15) & m).collect();
+                let draws = match width {
+                    0 => 0,
+                    1 => len.div_ceil(64),
+                    2..=32 => len.div_ceil(2),
+                    _ => len,
+                };
+                let mut after = DealerRng::seed_from_u64(6);
+                (0..draws).for_each(|_| _ = after.next_u64());
+                let after = after.next_u64();
+                for split in [Split::Random, Split::Resplit, Split::ResplitDrawing] {
+                    let mut rng = DealerRng::seed_from_u64(6).with_split(split);
+                    let [a, b] = WordColumn::share(&mut rng, &values, width);
+                    let (wa, wb) = (words_of(&a, len), words_of(&b, len));
+                    let sum: Vec<u64> = wa.iter().zip(&wb).map(|(&x, &y)| x.wrapping_add(y) & m).collect();
+                    let at = format!("width {width} len {len} {split:?}");
+                    assert_eq!(sum, values, "{at}");
+                    assert!(wa.iter().chain(&wb).all(|&x| x & !m == 0), "{at}");
+                    for c in [&a, &b] {
+                        let class = matches!(
+                            (c, width),
+                            (WordColumn::Bits(_), 0..=1)
+                                | (WordColumn::Narrow(_), 2..=32)
+                                | (WordColumn::Wide(_), 33..)
+                        );
+                        assert!(class, "{at}");
+                        if let WordColumn::Bits(v) = c {
+                            assert_eq!(v.len(), len.div_ceil(64), "{at}");
+                            assert!(len % 64 == 0 || v[v.len() - 1] >> (len % 64) == 0, "{at}");
+                        }
+                    }
+                    if split != Split::Random {
+                        assert!(wa.iter().all(|&x| x == 0), "{at}");
+                    } else if width as usize * len >= 32 {
+                        assert!(wa.iter().any(|&x| x != 0), "{at}");
+                    }
+                    let drew = split != Split::Resplit || draws == 0;
+                    assert_eq!(rng.next_u64() == after, drew, "{at}");
+                }
+            }
+        }
+    }
 
     /// Every class holds its values: written and read back at the stored width, widened by
     /// block at every offset, and by low bit.

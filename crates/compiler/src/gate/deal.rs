@@ -178,9 +178,9 @@ fn dealer_words<R: SplitRng + ?Sized>(
         }
         let m = mask(w.bits) & mask(w.width);
         vals.iter_mut().for_each(|v| *v &= m);
-        let (a, b) = share(rng, &vals, w.width);
-        words[0].push(WordColumn::new(a, w.width));
-        words[1].push(WordColumn::new(b, w.width));
+        let [a, b] = WordColumn::share(rng, &vals, w.width);
+        words[0].push(a);
+        words[1].push(b);
     }
     fss::wipe::wipe(&mut vals);
     fss::wipe::wipe(&mut term);
