@@ -98,6 +98,11 @@ fn bench_keygen(c: &mut Criterion) {
     let betas = points(&mut r, KEYS, 64);
     let p = DcfParams::new(50, 64, 1).unwrap();
     g.bench_function("dcf_n50_l64_k1", |b| b.iter(|| dcf::keygen(p, &alphas, &betas, &mut r).unwrap()));
+    // The max tree's one-round ReLU (`gates::cmp::ReluDcf` at n = 37): two words per key.
+    let p = DcfParams::new(25, 37, 2).unwrap();
+    let pairs: Vec<u64> = betas.iter().flat_map(|&b| [b & mask(37), (b >> 20) & mask(37)]).collect();
+    let short: Vec<u64> = alphas.iter().map(|&a| a & mask(25)).collect();
+    g.bench_function("dcf_n25_l37_k2", |b| b.iter(|| dcf::keygen(p, &short, &pairs, &mut r).unwrap()));
     let p = BitDpfParams::new(50).unwrap();
     g.bench_function("dpf_lt_n50", |b| b.iter(|| bitdpf::keygen(p, &alphas, &mut r).unwrap()));
     g.finish();
