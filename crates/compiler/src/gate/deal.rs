@@ -123,27 +123,31 @@ struct Secrets<'a> {
 }
 
 impl Secrets<'_> {
-    /// `t[e] ← t[e] · v_e^exp` for variable `v` over all elements (column by column, so that
-    /// the loops vectorise: the dealer's words are evaluated for a whole gate at once).
-    fn multiply(&self, t: &mut [u64], v: SVar, exp: u32) -> Result<(), GateError> {
+    /// `t[q] ← t[q] · v_e^exp` for variable `v` of the elements `e = at + q` (column by
+    /// column, so that the loops vectorise: the dealer's words are evaluated for a chunk of
+    /// a gate's elements at once).
+    fn multiply(&self, t: &mut [u64], at: usize, v: SVar, exp: u32) -> Result<(), GateError> {
         if exp == 0 {
             return Ok(());
         }
         let pow = |x: u64| if exp == 1 { x } else { x.wrapping_pow(exp) };
+        let e = at..at + t.len();
         match v {
             SVar::Z(j) => {
-                let z = &self.z[j as usize];
+                let z = &self.z[j as usize][e];
                 // A bit's power is the bit.
                 t.iter_mut().zip(z).for_each(|(a, &b)| *a = if b { *a } else { 0 });
             }
-            SVar::R => t.iter_mut().zip(self.r).for_each(|(a, &x)| *a = a.wrapping_mul(pow(x))),
-            SVar::RShr(f) => t.iter_mut().zip(self.r).for_each(|(a, &x)| *a = a.wrapping_mul(pow(x >> f))),
+            SVar::R => t.iter_mut().zip(&self.r[e]).for_each(|(a, &x)| *a = a.wrapping_mul(pow(x))),
+            SVar::RShr(f) => {
+                t.iter_mut().zip(&self.r[e]).for_each(|(a, &x)| *a = a.wrapping_mul(pow(x >> f)))
+            }
             SVar::Kappa(k) => {
                 let c = pow(self.kappa[k as usize]);
                 t.iter_mut().for_each(|a| *a = a.wrapping_mul(c));
             }
             SVar::Beaver(i) => {
-                t.iter_mut().zip(&self.u[i as usize]).for_each(|(a, &x)| *a = a.wrapping_mul(pow(x)))
+                t.iter_mut().zip(&self.u[i as usize][e]).for_each(|(a, &x)| *a = a.wrapping_mul(pow(x)))
             }
             SVar::Local(_) => return Err(GateError::Params("a dealer word uses a local share".into())),
         }
@@ -160,21 +164,26 @@ fn dealer_words<R: SplitRng + ?Sized>(
     rout: &[u64],
     rng: &mut R,
 ) -> Result<[Vec<WordColumn>; 2], GateError> {
+    /// Elements per chunk: a monomial's running product stays in L1.
+    const CHUNK: usize = 512;
     let mut words = [Vec::new(), Vec::new()];
     let mut vals = vec![0u64; len];
-    let mut term = vec![0u64; len];
+    let mut term = [0u64; CHUNK];
     for w in &p.words {
         match w.out_mask {
             Some(o) => vals.copy_from_slice(&rout[o * len..(o + 1) * len]),
             None => vals.fill(0),
         }
-        // Monomial by monomial over all elements.
-        for (c, mono) in &w.value {
-            term.fill(*c);
-            for &(var, exp) in mono {
-                s.multiply(&mut term, var, exp as u32)?;
+        // Chunk by chunk, monomial by monomial over the chunk's elements.
+        for (i, v) in vals.chunks_mut(CHUNK).enumerate() {
+            let (at, term) = (i * CHUNK, &mut term[..v.len()]);
+            for (c, mono) in &w.value {
+                term.fill(*c);
+                for &(var, exp) in mono {
+                    s.multiply(term, at, var, exp as u32)?;
+                }
+                v.iter_mut().zip(term.iter()).for_each(|(v, t)| *v = v.wrapping_add(*t));
             }
-            vals.iter_mut().zip(&term).for_each(|(v, t)| *v = v.wrapping_add(*t));
         }
         let m = mask(w.bits) & mask(w.width);
         vals.iter_mut().for_each(|v| *v &= m);
@@ -183,7 +192,7 @@ fn dealer_words<R: SplitRng + ?Sized>(
         words[1].push(b);
     }
     fss::wipe::wipe(&mut vals);
-    fss::wipe::wipe(&mut term);
+    zeroize::Zeroize::zeroize(&mut term);
     Ok(words)
 }
 
