@@ -105,6 +105,10 @@ fn bench_keygen(c: &mut Criterion) {
     g.bench_function("dcf_n25_l37_k2", |b| b.iter(|| dcf::keygen(p, &short, &pairs, &mut r).unwrap()));
     let p = BitDpfParams::new(50).unwrap();
     g.bench_function("dpf_lt_n50", |b| b.iter(|| bitdpf::keygen(p, &alphas, &mut r).unwrap()));
+    // A truncation's carry (`gates::shift::ArsSlack` at f = 12): a tree of five levels.
+    let p = BitDpfParams::new(12).unwrap();
+    let low: Vec<u64> = alphas.iter().map(|&a| a & mask(12)).collect();
+    g.bench_function("dpf_lt_n12", |b| b.iter(|| bitdpf::keygen(p, &low, &mut r).unwrap()));
     g.finish();
 }
 

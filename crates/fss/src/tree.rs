@@ -236,16 +236,18 @@ impl DealerTrees {
         (0..self.seed_lo.len()).map(|j| self.seed(j)).collect()
     }
 
-    /// Lane `lane`'s left child `H_0(seed)` after [`DealerTrees::expand`].
-    #[inline]
-    pub fn left(&self, lane: usize) -> u128 {
-        self.left_lo[lane] as u128 | (self.left_hi[lane] as u128) << 64
-    }
-
-    /// Lane `lane`'s right child `H_1(seed)` after [`DealerTrees::expand`].
-    #[inline]
-    pub fn right(&self, lane: usize) -> u128 {
-        self.right_lo[lane] as u128 | (self.right_hi[lane] as u128) << 64
+    /// Per key `k`, after [`DealerTrees::expand`], the words `[L.lo, L.hi, R.lo, R.hi]` of
+    /// its two parties' children XORed (`L` left, `R` right): a DPF's last-level blocks.
+    pub fn children_xor(&self) -> Vec<u64> {
+        let m = self.seed_lo.len() / 2;
+        let halves = [&self.left_lo, &self.left_hi, &self.right_lo, &self.right_hi];
+        let mut out = vec![0u64; 4 * m];
+        for (j, h) in halves.into_iter().enumerate() {
+            for (o, p) in out.chunks_exact_mut(4).zip(h[..2 * m].chunks_exact(2)) {
+                o[j] = p[0] ^ p[1];
+            }
+        }
+        out
     }
 
     /// Both parties' tree material: the correction words are common (both keys read one

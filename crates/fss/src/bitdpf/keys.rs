@@ -140,21 +140,22 @@ pub fn keygen<R: CryptoRng + ?Sized>(
         trees.expand(prg);
         trees.step(i, |k| path_bit(alphas[k], n, i));
     }
-    // Last level: the full hash outputs are the leaf blocks (§3.3).
+    // Last level: the full hash outputs are the leaf blocks (§3.3), the point's bit set in
+    // the block on its path (branch-free, on the words `[L.lo, L.hi, R.lo, R.hi]`).
     trees.expand(prg);
-    let leaf_cw = (0..m)
-        .map(|k| {
-            let a = path_bit(alphas[k], n, levels - 1) as usize;
-            let mut cw =
-                [trees.left(2 * k) ^ trees.left(2 * k + 1), trees.right(2 * k) ^ trees.right(2 * k + 1)];
-            cw[a] ^= 1u128 << (alphas[k] & 127);
-            cw
-        })
-        .collect::<Vec<_>>();
+    let mut leaf_cw = trees.children_xor();
+    for (w, &alpha) in leaf_cw.chunks_exact_mut(4).zip(alphas) {
+        let right = path_bit(alpha, n, levels - 1).wrapping_neg();
+        let bit = alpha & 127;
+        let one = 1u64 << (bit & 63);
+        let (lo, hi) = (one & (bit >> 6).wrapping_sub(1), one & (bit >> 6).wrapping_neg());
+        w[0] ^= lo & !right;
+        w[1] ^= hi & !right;
+        w[2] ^= lo & right;
+        w[3] ^= hi & right;
+    }
     let (t0, t1) = trees.into_keys();
-    let mut leaf_cw = leaf_cw;
-    let (w0, w1) = leaf_words(&leaf_cw).into_pair();
-    crate::wipe::wipe(&mut leaf_cw);
+    let (w0, w1) = Words::Owned(leaf_cw).into_pair();
     Ok((key(Party::P0, t0, w0), key(Party::P1, t1, w1)))
 }
 
