@@ -529,6 +529,12 @@ pub struct ModelRow {
     pub cosine_vs_float: f64,
     /// Computation time of the slower server by layer type, ms.
     pub time_by_layer_ms: std::collections::BTreeMap<&'static str, f64>,
+    /// The dealer's CPU time by layer type, ms: making the keys, summed over the gates it
+    /// deals in parallel (`bench model`: the median over the timed runs).
+    pub deal_cpu_ms_by_layer: std::collections::BTreeMap<&'static str, f64>,
+    /// The dealer's CPU time encoding the keys into bundles by layer type, ms (empty when
+    /// the keys stay in memory).
+    pub encode_cpu_ms_by_layer: std::collections::BTreeMap<&'static str, f64>,
     /// How the servers talked: `mem`, `tcp` or `tls`.
     pub transport: &'static str,
     /// Simulated network: `none`, `lan` or `wan`.
@@ -551,6 +557,11 @@ pub struct ModelRow {
     pub aes_ns_per_block: f64,
     /// The process's peak resident memory during the run (the highest of the timed runs).
     pub peak_rss_bytes: u64,
+}
+
+/// Durations by label as milliseconds.
+fn ms_by_label(v: &[(&'static str, std::time::Duration)]) -> std::collections::BTreeMap<&'static str, f64> {
+    v.iter().map(|(l, d)| (*l, d.as_secs_f64() * 1e3)).collect()
 }
 
 impl ModelRow {
@@ -596,6 +607,8 @@ impl ModelRow {
             max_abs_err_vs_float: o.max_abs_err(g),
             cosine_vs_float: o.cosine(g),
             time_by_layer_ms: time,
+            deal_cpu_ms_by_layer: ms_by_label(&o.deal.deal_cpu_by_label),
+            encode_cpu_ms_by_layer: ms_by_label(&o.deal.encode_cpu_by_label),
             transport: link.0,
             net: link.1,
             key_bytes_by_layer: o.deal.by_label.iter().map(|(l, b)| (*l, b.div_ceil(8))).collect(),

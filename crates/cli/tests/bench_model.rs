@@ -46,6 +46,8 @@ fn model_rows_name_every_field_and_the_median_run() {
         "aes_blocks",
         "aes_ns_per_block",
         "peak_rss_bytes",
+        "deal_cpu_ms_by_layer",
+        "encode_cpu_ms_by_layer",
     ];
     assert_fields(&rows, &fields);
     for r in &rows {
@@ -63,6 +65,13 @@ fn model_rows_name_every_field_and_the_median_run() {
         let both = each[0] + each[1];
         assert!(disk > both && disk < both + 100_000, "{r}");
         assert!(r["peak_rss_bytes"].as_u64().unwrap() > 0, "{r}");
+        // The dealer's CPU, making and encoding the keys, for every layer that has keys.
+        let layers = |k: &str| -> Vec<String> { r[k].as_object().unwrap().keys().cloned().collect() };
+        let keyed: Vec<String> = layers("key_bytes_by_layer").into_iter().filter(|l| l != "input").collect();
+        for k in ["deal_cpu_ms_by_layer", "encode_cpu_ms_by_layer"] {
+            assert_eq!(layers(k), keyed, "{k}: {r}");
+            assert!(r[k].as_object().unwrap().values().all(|t| t.as_f64().unwrap() > 0.0), "{k}: {r}");
+        }
         // Online AES work, and its time per block, both measured.
         assert!(r["aes_blocks"].as_u64().unwrap() > 10_000, "{r}");
         assert!(r["aes_ns_per_block"].as_f64().unwrap() > 0.0, "{r}");

@@ -156,6 +156,11 @@ pub struct DealReport {
     pub by_label: Vec<(&'static str, u64)>,
     /// Dealer time.
     pub time: Duration,
+    /// The dealer's CPU time by layer type: making the keys (each gate's `keygen`, summed
+    /// over the gates dealt in parallel) ...
+    pub deal_cpu_by_label: Vec<(&'static str, Duration)>,
+    /// ... and encoding them for bundles (empty when keys are handed over in memory).
+    pub encode_cpu_by_label: Vec<(&'static str, Duration)>,
 }
 
 fn charge<T: Copy + std::ops::AddAssign>(list: &mut Vec<(&'static str, T)>, label: &'static str, v: T) {
@@ -343,7 +348,10 @@ fn deal_step_split(
         masks.push(out);
         if pending.len() == batch || pending_elements >= BATCH_ELEMENTS || i + 1 == g.nodes.len() {
             pending_elements = 0;
-            let dealt = deal_batch(g, gates, &masks, &pending, seeded)?;
+            let (dealt, took) = deal_batch(g, gates, &masks, &pending, seeded)?;
+            for ((node, ..), d) in pending.iter().zip(took) {
+                charge(&mut report.deal_cpu_by_label, g.nodes[*node].label, d);
+            }
             // Each party's key bytes: as encoded, or as the encoding would store them.
             let mut account = |node: usize, [b0, b1]: [u64; 2]| {
                 report.party_key_bits[0] += 8 * b0;
@@ -352,7 +360,8 @@ fn deal_step_split(
             };
             if s0.wants_bytes() {
                 let encoded = encode_batch(gates, &pending, dealt);
-                for ((node, ..), [b0, b1]) in pending.drain(..).zip(encoded) {
+                for ((node, ..), ([b0, b1], d)) in pending.drain(..).zip(encoded) {
+                    charge(&mut report.encode_cpu_by_label, g.nodes[node].label, d);
                     account(node, [b0.len() as u64, b1.len() as u64]);
                     s0.gate_bytes(node, b0)?;
                     s1.gate_bytes(node, b1)?;
@@ -397,17 +406,18 @@ const BATCH_ELEMENTS: usize = 1 << 20;
 type Pending = (usize, [u8; 32], Option<[fss::pad::PadSeed; 2]>);
 
 /// The keys of the gate nodes `pending`, made in parallel from the masks of their inputs
-/// and outputs.
+/// and outputs, and each gate's time to make them.
 fn deal_batch(
     g: &Graph,
     gates: &[Option<Box<dyn DynGate>>],
     masks: &[Vec<u64>],
     pending: &[Pending],
     seeded: Split,
-) -> Result<Vec<crate::layers::KeyPair>, EngineError> {
+) -> Result<(Vec<crate::layers::KeyPair>, Vec<Duration>), EngineError> {
     use fss::rng::SeedableRng;
     use rayon::prelude::*;
     let one = |(i, seed, pads): &Pending| {
+        let t = Instant::now();
         let (i, node) = (*i, &g.nodes[*i]);
         let gate = gates[i].as_deref().expect("a gate node");
         let ins: Vec<&[u64]> = node.op.inputs().iter().map(|&v| masks[v].as_slice()).collect();
@@ -416,24 +426,32 @@ fn deal_batch(
         let split = if pads.is_some() { seeded } else { Split::Random };
         let mut rng = DealerRng::from_seed(*seed).with_split(split);
         fss::rng::with_root_seeds(pads.as_ref(), || gate.keygen(&ins, &masks[i + 1], &mut rng))
+            .map(|pair| (pair, t.elapsed()))
             .map_err(|e| EngineError::at(i, e))
     };
-    if pending.len() <= 1 {
-        return pending.iter().map(one).collect();
-    }
-    pending.par_iter().map(one).collect()
+    let dealt: Result<Vec<_>, _> = if pending.len() <= 1 {
+        pending.iter().map(one).collect()
+    } else {
+        pending.par_iter().map(one).collect()
+    };
+    Ok(dealt?.into_iter().unzip())
 }
 
-/// The keys of `dealt` encoded for a bundle ([`DynGate::encode_pair`]), in parallel.
+/// The keys of `dealt` encoded for a bundle ([`DynGate::encode_pair`]), in parallel, and
+/// each gate's time to encode them.
 fn encode_batch(
     gates: &[Option<Box<dyn DynGate>>],
     pending: &[Pending],
     dealt: Vec<crate::layers::KeyPair>,
-) -> Vec<[Vec<u8>; 2]> {
+) -> Vec<([Vec<u8>; 2], Duration)> {
     use rayon::prelude::*;
     let one = |(i, pair): (usize, crate::layers::KeyPair)| {
+        let t = Instant::now();
         let gate = gates[pending[i].0].as_deref().expect("a gate node");
-        gate.encode_pair(&pair, pending[i].2)
+        let bytes = gate.encode_pair(&pair, pending[i].2);
+        // (The dealt keys wipe themselves as they drop, part of the encoding's time.)
+        drop(pair);
+        (bytes, t.elapsed())
     };
     if dealt.len() <= 1 {
         return dealt.into_iter().enumerate().map(one).collect();

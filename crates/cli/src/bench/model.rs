@@ -77,6 +77,16 @@ pub fn run_bench(a: ModelBenchArgs) -> anyhow::Result<()> {
             let parts: Vec<String> =
                 row.key_bytes_by_layer.iter().map(|(l, b)| format!("{l} {:.1}", *b as f64 / 1e6)).collect();
             println!("  key by layer (MB): {}", parts.join(", "));
+            let parts: Vec<String> = row
+                .deal_cpu_ms_by_layer
+                .iter()
+                .map(|(l, t)| {
+                    let enc =
+                        row.encode_cpu_ms_by_layer.get(l).map_or(String::new(), |e| format!(" + {e:.0}"));
+                    format!("{l} {t:.0}{enc}")
+                })
+                .collect();
+            println!("  dealer CPU by layer (ms, keys + encoding): {}", parts.join(", "));
         }
     }
     Ok(())
@@ -121,8 +131,17 @@ pub fn rows(a: &ModelBenchArgs, mut progress: impl FnMut(usize, usize)) -> anyho
         // (fresh pages for the keys), so it is a median like the online time.
         let times: Vec<f64> = rows.iter().map(|r| r.online_ms).collect();
         let keygen: Vec<f64> = rows.iter().map(|r| r.keygen_ms).collect();
+        // The dealer's CPU by layer: each layer's median over the runs.
+        let by_layer = |pick: fn(&ModelRow) -> &std::collections::BTreeMap<&'static str, f64>| {
+            let mut all: std::collections::BTreeMap<&'static str, Vec<f64>> = Default::default();
+            rows.iter().flat_map(|r| pick(r).iter()).for_each(|(l, t)| all.entry(*l).or_default().push(*t));
+            all.into_iter().map(|(l, t)| (l, super::median(t))).collect()
+        };
+        let (deal_cpu, encode_cpu) =
+            (by_layer(|r| &r.deal_cpu_ms_by_layer), by_layer(|r| &r.encode_cpu_ms_by_layer));
         rows.sort_by(|a, b| a.online_ms.total_cmp(&b.online_ms));
         let mut row = rows.swap_remove(rows.len() / 2);
+        (row.deal_cpu_ms_by_layer, row.encode_cpu_ms_by_layer) = (deal_cpu, encode_cpu);
         row.online_ms = super::median(times.clone());
         row.online_ms_runs = times;
         row.keygen_ms = super::median(keygen.clone());
