@@ -118,9 +118,10 @@ impl PadStream {
         if done > 0 {
             let len = self.buf.len();
             self.buf.copy_within(done.., 0);
-            // The read bytes are overwritten or, from `len − done` on, zeroed.
-            self.buf[len - done..].zeroize();
+            // The read bytes are overwritten or, from `len − done` on, zeroed (in bulk, as
+            // spare capacity: `zeroize` of the bytes themselves stores them one by one).
             self.buf.truncate(len - done);
+            self.buf.spare_capacity_mut()[..done].zeroize();
             self.pos -= done as u64 * 8;
             self.base += done as u64;
         }
@@ -133,14 +134,13 @@ impl PadStream {
             self.buf.zeroize();
             self.buf = grown;
         }
-        let mut blocks = [AesBlock::default(); CHUNK];
+        // Chunk after chunk of counter blocks, encrypted in place at the buffer's end.
         while self.buf.len() < need {
-            counter_blocks(&self.cipher, &mut self.ctr, &mut blocks);
-            for b in &blocks {
-                self.buf.extend_from_slice(b.as_slice());
-            }
+            let at = self.buf.len();
+            self.buf.resize(at + CHUNK * 16, 0);
+            let (blocks, _) = self.buf[at..].as_chunks_mut::<16>();
+            counter_blocks(&self.cipher, &mut self.ctr, AesBlock::cast_slice_from_core_mut(blocks));
         }
-        blocks.iter_mut().for_each(|b| b.as_mut_slice().zeroize());
     }
 }
 
