@@ -9,8 +9,7 @@
 use fss::DecodeError;
 use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
-use fss::rng::{Split, SplitRng};
-use zeroize::Zeroize;
+use fss::rng::SplitRng;
 
 /// Shares of one dealer word, element by element (`len` of them), in the narrowest class
 /// that holds its width. (No `Debug`: it is key material.)
@@ -58,14 +57,8 @@ impl WordColumn {
             _ => len,
         };
         let mut r = vec![0u64; words];
-        match rng.split() {
-            _ if width == 0 => {}
-            Split::Random => rng.fill_words(&mut r),
-            Split::ResplitDrawing => {
-                rng.fill_words(&mut r);
-                r.as_mut_slice().zeroize();
-            }
-            Split::Resplit => {}
+        if width > 0 {
+            gates::dealer::split_draws(rng, &mut r);
         }
         let out = match width {
             0 | 1 => {
@@ -193,7 +186,7 @@ impl WordColumn {
 
 #[cfg(test)]
 mod tests {
-    use fss::rng::{DealerRng, Rng, SeedableRng};
+    use fss::rng::{DealerRng, Rng, SeedableRng, Split};
 
     use super::*;
 

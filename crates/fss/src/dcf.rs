@@ -334,8 +334,8 @@ fn value_step(
         row[k0..k0 + c].copy_from_slice(&cw[..c]);
         acc[k0..k0 + c].copy_from_slice(&v[..c]);
     }
-    // (The children's words and the sums are the parties' secrets.)
-    for a in [&mut l0, &mut l1, &mut r0, &mut r1, &mut v] {
+    // (The children's words, the sums and the points are the dealer's secrets.)
+    for a in [&mut l0, &mut l1, &mut r0, &mut r1, &mut v, &mut am, &mut beta, &mut neg] {
         zeroize::Zeroize::zeroize(a);
     }
 }
@@ -353,7 +353,7 @@ fn deinterleave(lanes: &[u64], [w0, w1]: [&mut [u64]; 2]) {
 fn deinterleave_shifted(lo: &[u64], hi: &[u64], shift: u32, [w0, w1]: [&mut [u64]; 2]) {
     let pairs = w0.iter_mut().zip(w1.iter_mut()).zip(lo.chunks_exact(2).zip(hi.chunks_exact(2)));
     match shift {
-        0 => pairs.for_each(|((x0, x1), (l, _))| (*x0, *x1) = (l[0], l[1])),
+        0 => deinterleave(lo, [w0, w1]),
         1..64 => pairs.for_each(|((x0, x1), (l, h))| {
             (*x0, *x1) = (l[0] >> shift | h[0] << (64 - shift), l[1] >> shift | h[1] << (64 - shift))
         }),

@@ -27,20 +27,27 @@ pub fn random_bits<R: SplitRng + ?Sized>(rng: &mut R, count: usize) -> Vec<bool>
     out
 }
 
+/// `out` filled with the words a random split of values draws from `rng`: the generator's
+/// next words ([`Split::Random`]), or zeros where the seeded encoding splits the values
+/// ([`Split::Resplit`]; [`Split::ResplitDrawing`] draws as many and discards them).
+pub fn split_draws<R: SplitRng + ?Sized>(rng: &mut R, out: &mut [u64]) {
+    match rng.split() {
+        Split::Random => rng.fill_words(out),
+        Split::ResplitDrawing => {
+            rng.fill_words(out);
+            out.zeroize();
+        }
+        Split::Resplit => out.fill(0),
+    }
+}
+
 /// Additive shares of every value mod `2^bits`: `(a, v − a)` with `a` uniform, or `(0, v)`
 /// where the generator says that the seeded encoding splits them ([`Split::Resplit`]).
 pub fn share<R: SplitRng + ?Sized>(rng: &mut R, values: &[u64], bits: u32) -> (Vec<u64>, Vec<u64>) {
     let m = mask(bits);
-    match rng.split() {
-        Split::Random => {}
-        mode => {
-            if mode == Split::ResplitDrawing {
-                random_words(rng, values.len(), bits).zeroize();
-            }
-            return (vec![0; values.len()], values.iter().map(|&v| v & m).collect());
-        }
-    }
-    let a = random_words(rng, values.len(), bits);
+    let mut a = vec![0u64; values.len()];
+    split_draws(rng, &mut a);
+    a.iter_mut().for_each(|x| *x &= m);
     let b = values.iter().zip(&a).map(|(&v, &a)| v.wrapping_sub(a) & m).collect();
     (a, b)
 }
