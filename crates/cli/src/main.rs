@@ -109,7 +109,7 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     keep_freed_memory();
-    match Cli::parse().command {
+    let result = match Cli::parse().command {
         Command::Bench(args) => bench::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Compile(args) => compile::run(args),
@@ -119,5 +119,8 @@ fn main() -> anyhow::Result<()> {
         Command::Query(args) => deploy::client::run(args),
         Command::Soak(args) => deploy::soak::run(args),
         Command::Generate(args) => generate::run(args),
-    }
+    };
+    // Spent correction words kept for the next keys (`fss::words`) are wiped before exit.
+    fss::words::wipe_recycled();
+    result
 }

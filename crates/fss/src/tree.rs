@@ -43,8 +43,8 @@ impl TreeKeys {
         TreeKeys {
             levels,
             roots: Vec::with_capacity(keys),
-            scw_lo: Words::with_capacity(keys * levels as usize),
-            scw_hi: Words::with_capacity(keys * levels as usize),
+            scw_lo: Words::recycled(keys * levels as usize),
+            scw_hi: Words::recycled(keys * levels as usize),
             tcw_left: Vec::with_capacity(keys),
             tcw_right: Vec::with_capacity(keys),
         }
@@ -241,7 +241,8 @@ impl DealerTrees {
     pub fn children_xor(&self) -> Vec<u64> {
         let m = self.seed_lo.len() / 2;
         let halves = [&self.left_lo, &self.left_hi, &self.right_lo, &self.right_hi];
-        let mut out = vec![0u64; 4 * m];
+        let mut out = crate::words::recycled::take(4 * m);
+        out.resize(4 * m, 0);
         for (j, h) in halves.into_iter().enumerate() {
             for (o, p) in out.chunks_exact_mut(4).zip(h[..2 * m].chunks_exact(2)) {
                 o[j] = p[0] ^ p[1];
