@@ -120,7 +120,7 @@ fn main() -> anyhow::Result<()> {
         Command::Soak(args) => deploy::soak::run(args),
         Command::Generate(args) => generate::run(args),
     };
-    // Spent correction words kept for the next keys (`fss::words`) are wiped before exit.
-    fss::words::wipe_recycled();
+    // Spent key vectors kept for the next keys (`fss::recycle`) are wiped before exit.
+    fss::recycle::wipe_all();
     result
 }

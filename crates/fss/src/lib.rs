@@ -17,6 +17,7 @@
 //! | [`codec`] | bit-packed, versioned, checksummed key encoding |
 //! | [`pad`] | share words expanded from a seed (seeded key halves) |
 //! | [`words`] | runs of key words, owned or read in place from a bundle's section |
+//! | [`recycle`] | spent key vectors kept for the next keys to overwrite |
 //! | [`rng`] | the dealer's OS-seeded CSPRNG |
 //!
 //! Keys come in batches (`DpfKeys`, `BitDpfKeys`, `DcfKeys`, `AdpfKeys`): many keys of one
@@ -47,6 +48,7 @@ pub mod error;
 mod fields;
 pub mod pad;
 pub mod prg;
+pub mod recycle;
 pub mod ring;
 pub mod rng;
 pub mod share;

@@ -241,7 +241,7 @@ impl DealerTrees {
     pub fn children_xor(&self) -> Vec<u64> {
         let m = self.seed_lo.len() / 2;
         let halves = [&self.left_lo, &self.left_hi, &self.right_lo, &self.right_hi];
-        let mut out = crate::words::recycled::take(4 * m);
+        let mut out = crate::recycle::take_words(4 * m);
         out.resize(4 * m, 0);
         for (j, h) in halves.into_iter().enumerate() {
             for (o, p) in out.chunks_exact_mut(4).zip(h[..2 * m].chunks_exact(2)) {

@@ -59,114 +59,8 @@ impl KeyBuffer for DealtWords {
 
 impl Drop for DealtWords {
     fn drop(&mut self) {
-        recycled::give(std::mem::take(&mut self.0));
+        crate::recycle::give_words(std::mem::take(&mut self.0));
     }
-}
-
-/// Spent correction words kept for the dealer's next keys, which overwrite them.
-///
-/// Both parties' keys read the dealer's correction words from one allocation
-/// ([`Words::into_pair`]); once the last of them lets go (an in-process server's spent key, or the
-/// dealer's copy once encoded), wiping the allocation was a pass of writes over most of a
-/// query's key bytes, paid by the online phase or the dealer. Kept here instead, the
-/// allocation is taken by the next batch of trees the dealer makes ([`recycled::take`]),
-/// whose correction words overwrite the old; what the new words do not cover is zeroed
-/// when the allocation is taken. At most [`recycled::KEPT_BYTES`] are kept (the rest is
-/// wiped at once), and [`wipe_recycled`] wipes them all (the binary calls it before it
-/// exits). The same policy as a bundle reader's section buffers (`service::key_bytes`).
-pub(crate) mod recycled {
-    use std::sync::Mutex;
-
-    /// Bytes of spent words kept at most.
-    pub const KEPT_BYTES: usize = 512 << 20;
-
-    /// Smallest request served from the pool (smaller vectors are cheap to wipe).
-    const MIN_WORDS: usize = 1024;
-
-    /// Kept vectors and their bytes.
-    pub(super) struct Pool {
-        free: Vec<Vec<u64>>,
-        bytes: usize,
-        limit: usize,
-    }
-
-    impl Pool {
-        pub(super) const fn new(limit: usize) -> Pool {
-            Pool { free: Vec::new(), bytes: 0, limit }
-        }
-
-        /// Keep `v`, or hand it back if the pool is full.
-        pub(super) fn give(&mut self, v: Vec<u64>) -> Option<Vec<u64>> {
-            let size = v.capacity() * 8;
-            if v.capacity() < MIN_WORDS || self.bytes + size > self.limit {
-                return Some(v);
-            }
-            self.bytes += size;
-            self.free.push(v);
-            None
-        }
-
-        /// The smallest kept vector with room for `n` words that wastes at most half of
-        /// itself, emptied, its words from `n` on zeroed.
-        pub(super) fn take(&mut self, n: usize) -> Option<Vec<u64>> {
-            if n < MIN_WORDS {
-                return None;
-            }
-            let i = (0..self.free.len())
-                .filter(|&i| (n..=2 * n).contains(&self.free[i].capacity()))
-                .min_by_key(|&i| self.free[i].capacity())?;
-            let mut v = self.free.swap_remove(i);
-            self.bytes -= v.capacity() * 8;
-            v.clear();
-            // (The words before `n` are overwritten by the new ones; those after are not.)
-            zeroize::Zeroize::zeroize(&mut v.spare_capacity_mut()[n..]);
-            Some(v)
-        }
-
-        /// Every kept vector, the pool emptied.
-        pub(super) fn drain(&mut self) -> Vec<Vec<u64>> {
-            self.bytes = 0;
-            std::mem::take(&mut self.free)
-        }
-
-        #[cfg(test)]
-        pub(super) fn bytes(&self) -> usize {
-            self.bytes
-        }
-    }
-
-    static KEPT: Mutex<Pool> = Mutex::new(Pool::new(KEPT_BYTES));
-
-    /// Keep `v` for a later [`take`], or wipe it if the pool is full.
-    pub fn give(v: Vec<u64>) {
-        let back = match KEPT.lock() {
-            Ok(mut k) => k.give(v),
-            Err(_) => Some(v),
-        };
-        if let Some(mut v) = back {
-            crate::wipe::wipe(&mut v);
-        }
-    }
-
-    /// An empty vector with room for at least `n` words: a kept one if one fits
-    /// ([`Pool::take`]), else a new one.
-    pub fn take(n: usize) -> Vec<u64> {
-        let kept = KEPT.lock().ok().and_then(|mut k| k.take(n));
-        kept.unwrap_or_else(|| Vec::with_capacity(n))
-    }
-
-    /// Wipe every kept vector.
-    pub fn wipe_all() {
-        let free = KEPT.lock().map(|mut k| k.drain()).unwrap_or_default();
-        for mut v in free {
-            crate::wipe::wipe(&mut v);
-        }
-    }
-}
-
-/// Wipe the spent correction words kept for the dealer's next keys (see `recycled`).
-pub fn wipe_recycled() {
-    recycled::wipe_all();
 }
 
 /// A run of 64-bit key words: owned, or read in place ([`SharedWords`]).
@@ -190,10 +84,10 @@ impl Words {
         Words::Owned(Vec::with_capacity(n))
     }
 
-    /// Owned words with room for `n`, in an allocation of spent words if one is kept (the
-    /// dealer's correction words, [`wipe_recycled`]).
+    /// Owned words with room for `n`, in spent words kept for reuse if some fit
+    /// ([`crate::recycle`]).
     pub(crate) fn recycled(n: usize) -> Words {
-        Words::Owned(recycled::take(n))
+        Words::Owned(crate::recycle::take_words(n))
     }
 
     /// Append a word (owned words; shared ones are first copied).
@@ -333,36 +227,5 @@ mod tests {
         assert_eq!((&*a, &*b), (&want[..], &want[..]));
         b.push(1);
         assert_eq!((a.len(), b.len()), (10, 11));
-    }
-
-    /// The pool of spent words: a kept vector goes to a request it holds without wasting
-    /// more than half of itself (the smallest such), empty; small vectors and those past
-    /// the limit are handed back; draining empties it.
-    #[test]
-    fn spent_words_are_kept_for_requests_they_fit() {
-        let mut pool = recycled::Pool::new(8 * 10_000);
-        let v = |cap: usize| {
-            let mut v = Vec::with_capacity(cap);
-            v.extend((0..cap as u64).map(|i| i | 1));
-            v
-        };
-        assert!(pool.give(v(100)).is_some(), "too small to keep");
-        let (a, b) = (v(4000), v(3000));
-        let (pa, pb) = (a.as_ptr(), b.as_ptr());
-        assert!(pool.give(a).is_none() && pool.give(b).is_none());
-        assert!(pool.give(v(4000)).is_some(), "past the limit");
-        assert_eq!(pool.bytes(), 8 * 7000);
-        assert!(pool.take(1000).is_none(), "would waste more than half");
-        let t = pool.take(2000).expect("3000 holds 2000");
-        assert_eq!((t.as_ptr(), t.len()), (pb, 0));
-        assert!(t.capacity() >= 2000);
-        assert!(pool.take(4001).is_none(), "nothing holds 4001");
-        let t = pool.take(3500).expect("4000 holds 3500");
-        assert_eq!((t.as_ptr(), t.len()), (pa, 0));
-        assert_eq!(pool.bytes(), 0);
-        assert!(pool.give(v(2000)).is_none());
-        assert_eq!(pool.drain().len(), 1);
-        assert_eq!(pool.bytes(), 0);
-        assert!(pool.take(2000).is_none());
     }
 }
