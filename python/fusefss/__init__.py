@@ -24,6 +24,7 @@ release the GIL and show a progress bar when ``tqdm`` is installed.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 from dataclasses import dataclass, field
@@ -33,6 +34,9 @@ import numpy as np
 
 from . import _native
 from ._native import FusefssError
+
+# Spent key words kept for later keys to overwrite are wiped when the interpreter exits.
+atexit.register(_native.wipe_kept)
 
 __all__ = [
     "Client",

@@ -394,11 +394,18 @@ fn bench_model(py: Python<'_>, argv: Vec<String>, progress: Option<Py<PyAny>>) -
     Ok(rows.iter().map(|r| r.to_string()).collect())
 }
 
+/// Wipe the spent key words kept for later keys (`fss::recycle`); registered to run at exit.
+#[pyfunction]
+fn wipe_kept() {
+    api::wipe_kept();
+}
+
 /// The Rust side of `fusefss`: use the package `fusefss`, which wraps this module.
 #[pymodule(name = "_native")]
 mod native {
     #[pymodule_export]
     use super::{
         FusefssError, NativeClient, NativeGeneration, NativeModel, bench_model, bench_ops, compile_spec,
+        wipe_kept,
     };
 }

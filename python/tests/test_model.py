@@ -47,6 +47,11 @@ def test_a_single_text_sigma_and_keys_in_memory(bert: fusefss.Model) -> None:
     mem = fusefss.Model("bert-tiny", layers=1, keys_in_memory=True).embed("just one", progress=False)
     disk = fusefss.Model("bert-tiny", layers=1).embed("just one", progress=False)
     assert mem.matches_plaintext and np.array_equal(mem.ring, disk.ring)
+    # The spent correction words kept for later keys are wiped on request (and at exit), and
+    # keys dealt afterwards are as exact.
+    fusefss._native.wipe_kept()
+    again = fusefss.Model("bert-tiny", layers=1, keys_in_memory=True).embed("just one", progress=False)
+    assert again.matches_plaintext and np.array_equal(again.ring, disk.ring)
 
 
 def test_forward_on_tokens_ring_words_and_reals_agree(bert: fusefss.Model) -> None:

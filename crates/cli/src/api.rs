@@ -7,7 +7,9 @@
 //! - [`Client`]: the same runs against two deployed servers (`fusefss serve`), as
 //!   `fusefss query` does;
 //! - [`compile_spec`], [`bench_ops`], [`bench_model`]: a spec's compiled costs, and the rows
-//!   `fusefss bench ops --json` and `fusefss bench model --json` print.
+//!   `fusefss bench ops --json` and `fusefss bench model --json` print;
+//! - [`wipe_kept`]: wipe the spent key words kept for later keys (`fss::recycle`), as the
+//!   binary does before it exits.
 //!
 //! Every function returns the Rust error with its context (`anyhow`); none panics on its
 //! arguments.
@@ -729,6 +731,12 @@ fn ops_args(argv: &[String]) -> anyhow::Result<OpsBenchArgs> {
         args: OpsBenchArgs,
     }
     Ok(Ops::try_parse_from(argv).map_err(|e| anyhow::anyhow!("{}", e.render().to_string().trim()))?.args)
+}
+
+/// Wipe the spent key words this process keeps for later keys to overwrite
+/// (`fss::recycle`): the binary does it before it exits, the Python package at exit.
+pub fn wipe_kept() {
+    fss::recycle::wipe_all();
 }
 
 /// Compile the spec `json` (the format of `fusefss fit` and `docs/compiler.md`) with the
