@@ -144,18 +144,22 @@ pub(super) fn eval_form(
     let m = mask(f.bits);
     let out = &mut out[..g.len];
     let one = if f.bits == 1 { 1 } else { u64::MAX };
+    // Columns of a block's length (a gate of a few elements, say a row's `1/σ`, allocates
+    // and clears only that).
+    let stride = g.len.clamp(1, BLOCK);
     let mut buf = FormBuffers {
-        cols: vec![0u64; fp.factors.len() * BLOCK],
-        lcols: vec![0u64; fp.lused.len() * BLOCK],
-        tmp: vec![0u64; BLOCK],
-        wbuf: vec![0u64; BLOCK],
+        stride,
+        cols: vec![0u64; fp.factors.len() * stride],
+        lcols: vec![0u64; fp.lused.len() * stride],
+        tmp: vec![0u64; stride],
+        wbuf: vec![0u64; stride],
     };
-    for e0 in (0..g.len).step_by(BLOCK) {
-        let e1 = (e0 + BLOCK).min(g.len);
+    for e0 in (0..g.len).step_by(stride) {
+        let e1 = (e0 + stride).min(g.len);
         let w = e1 - e0;
-        fp.monomial_columns(e0..e1, &mut buf.cols);
+        fp.monomial_columns(e0..e1, stride, &mut buf.cols);
         for (c, &j) in fp.lused.iter().enumerate() {
-            let col = &mut buf.lcols[c * BLOCK..c * BLOCK + w];
+            let col = &mut buf.lcols[c * stride..c * stride + w];
             for (v, e) in col.iter_mut().zip(e0..e1) {
                 *v = locals[j * g.len + e] & one;
             }
@@ -175,9 +179,10 @@ struct MonoFactors<'a> {
     cols: Vec<(&'a [u64], u8)>,
 }
 
-/// [`eval_form`]'s block buffers: the used monomials' and locals' columns, a monomial's
-/// term sum, and a narrow dealer word's block, widened.
+/// [`eval_form`]'s block buffers: the used monomials' and locals' columns (`stride` words
+/// each), a monomial's term sum, and a narrow dealer word's block, widened.
 struct FormBuffers {
+    stride: usize,
     cols: Vec<u64>,
     lcols: Vec<u64>,
     tmp: Vec<u64>,
@@ -237,12 +242,23 @@ impl<'a> FormPlan<'a> {
                 MonoFactors { bits, cols }
             })
             .collect();
+        // (Each monomial's group found through its slot: a search of the groups per term
+        // was quadratic, and the plan is made per call, for gates of one element too.)
         let mut groups: Vec<(Option<u32>, Vec<usize>)> = vec![(None, vec![])];
+        let mut group_of = vec![usize::MAX; used.len()];
         for (ti, t) in f.terms.iter().enumerate() {
-            match groups.iter_mut().find(|(p, _)| *p == t.pmono) {
-                Some((_, g)) => g.push(ti),
-                None => groups.push((t.pmono, vec![ti])),
-            }
+            let g = match t.pmono {
+                None => 0,
+                Some(i) => {
+                    let s = slot[i as usize];
+                    if group_of[s] == usize::MAX {
+                        group_of[s] = groups.len();
+                        groups.push((t.pmono, vec![]));
+                    }
+                    group_of[s]
+                }
+            };
+            groups[g].1.push(ti);
         }
         let fused: Vec<_> =
             groups.iter().map(|(pmono, group)| fuse(f, party0, &slot, *pmono, group)).collect();
@@ -260,16 +276,16 @@ impl<'a> FormPlan<'a> {
         FormPlan { party0, slot, factors, packed_bits, lslot, lused, groups, fused, lone_bit }
     }
 
-    /// The used public monomials of elements `range`, a column of `BLOCK` words per slot
+    /// The used public monomials of elements `range`, a column of `stride` words per slot
     /// (lone bits excepted: the fused pass reads them from the opening).
-    fn monomial_columns(&self, range: Range<usize>, cols: &mut [u64]) {
+    fn monomial_columns(&self, range: Range<usize>, stride: usize, cols: &mut [u64]) {
         let (e0, e1) = (range.start, range.end);
         let w = e1 - e0;
         for (c, MonoFactors { bits, cols: factors }) in self.factors.iter().enumerate() {
             if self.lone_bit[c].is_some() {
                 continue;
             }
-            let col = &mut cols[c * BLOCK..c * BLOCK + w];
+            let col = &mut cols[c * stride..c * stride + w];
             match (bits.as_slice(), self.packed_bits) {
                 ([], _) | (_, None) => col.fill(1),
                 (&[(wi, m)], Some((words, zw))) => {
@@ -312,7 +328,8 @@ impl<'a> FormPlan<'a> {
     ) {
         let (e0, e1) = (range.start, range.end);
         let w = e1 - e0;
-        let FormBuffers { cols, lcols, tmp, wbuf } = buf;
+        let FormBuffers { stride, cols, lcols, tmp, wbuf } = buf;
+        let stride = *stride;
         for ((pmono, group), fused) in self.groups.iter().zip(&self.fused) {
             if let &Some((sl, c, j, konst)) = fused {
                 let v = key.words[j].block(e0..e1, wbuf);
@@ -323,7 +340,7 @@ impl<'a> FormPlan<'a> {
                     }
                     continue;
                 }
-                let col = &cols[sl * BLOCK..][..w];
+                let col = &cols[sl * stride..][..w];
                 for ((a, &v), &pm) in acc.iter_mut().zip(v).zip(col) {
                     *a = a.wrapping_add(pm.wrapping_mul(c.wrapping_mul(v).wrapping_add(konst)));
                 }
@@ -349,7 +366,7 @@ impl<'a> FormPlan<'a> {
                     }
                     Src::Local(j) => {
                         let c = self.lslot[j as usize];
-                        for (a, &v) in sum.iter_mut().zip(&lcols[c * BLOCK..c * BLOCK + w]) {
+                        for (a, &v) in sum.iter_mut().zip(&lcols[c * stride..c * stride + w]) {
                             *a = a.wrapping_add(t.coef.wrapping_mul(v));
                         }
                     }
@@ -357,7 +374,7 @@ impl<'a> FormPlan<'a> {
             }
             if let Some(i) = pmono {
                 let c = self.slot[*i as usize];
-                let col = &cols[c * BLOCK..c * BLOCK + w];
+                let col = &cols[c * stride..c * stride + w];
                 for ((a, &v), &pm) in acc.iter_mut().zip(&tmp[..w]).zip(col) {
                     *a = a.wrapping_add(pm.wrapping_mul(v));
                 }
