@@ -57,6 +57,38 @@ impl UnaryFamily for Compiled {
 /// Compiled programs by spec (JSON) and options.
 type Cache = HashMap<(String, CompileOptions), Arc<Program>>;
 
+/// A composite's compiled operator, by the parameters its spec is built from.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Made {
+    /// `e^{−x}` of [`softmax_tables`]: input bits, ring, scale.
+    Nexp(u32, u32, u32),
+    /// `1/S` of [`softmax_tables`]: scale, columns, ring.
+    Recip(u32, u64, u32),
+    /// [`gelu`]: ring, scale, form.
+    Gelu(u32, u32, library::GeluForm),
+    /// [`silu`]: ring, scale.
+    Silu(u32, u32),
+    /// [`rsqrt`]: ring, scale, columns, mantissa bits.
+    Rsqrt(u32, u32, u64, u32),
+    /// [`norm`]'s `1/σ`: ring, scale, columns, mantissa bits, extra bits.
+    NormRsqrt(u32, u32, u64, u32, u32),
+}
+
+/// `make`'s operator, made once per process for `key`. [`compile_cached`] compiles a spec
+/// once, but finds it by the spec itself: building RMSNorm's `1/σ` spec and serialising it
+/// took ~2 ms, paid by every normalisation of every program (SmolLM2's 61 per decode step:
+/// `perf` of `fusefss bench generate`, most of a step's program build).
+fn made(key: Made, make: impl FnOnce() -> Result<Compiled, SpecError>) -> Result<Compiled, SpecError> {
+    static MADE: OnceLock<Mutex<HashMap<Made, Compiled>>> = OnceLock::new();
+    let all = MADE.get_or_init(Default::default);
+    if let Some(c) = all.lock().expect("made lock").get(&key) {
+        return Ok(c.clone());
+    }
+    let c = make()?;
+    all.lock().expect("made lock").insert(key, c.clone());
+    Ok(c)
+}
+
 /// Compile `spec` once per process for each option set: the program is public and
 /// mask-independent, so every instance (layer, query) reuses it (docs/design/paper.md §3.8).
 ///
@@ -162,19 +194,24 @@ pub fn softmax_tables(
     cols2: u64,
     ring: u32,
 ) -> Result<(Compiled, Compiled), SpecError> {
-    let exp = Compiled::with_options(
-        &library::nexp_rows_nonneg((cmp_bits + 1).min(bits), ring, scale, NEXP_ROW_BITS),
-        CompileOptions { split: Some(true), ..CompileOptions::default() },
-    )?;
-    let recip = Compiled::with_options(
-        &library::reciprocal_grid(scale, cols2, ring, RECIP_MANTISSA_BITS),
-        CompileOptions {
-            split: Some(true),
-            grouped: Some(RECIP_RUN_WINDOW_BITS),
-            lookup: Some(LookupBackend::StepBits),
-            ..CompileOptions::default()
-        },
-    )?;
+    let nexp_bits = (cmp_bits + 1).min(bits);
+    let exp = made(Made::Nexp(nexp_bits, ring, scale), || {
+        Compiled::with_options(
+            &library::nexp_rows_nonneg(nexp_bits, ring, scale, NEXP_ROW_BITS),
+            CompileOptions { split: Some(true), ..CompileOptions::default() },
+        )
+    })?;
+    let recip = made(Made::Recip(scale, cols2, ring), || {
+        Compiled::with_options(
+            &library::reciprocal_grid(scale, cols2, ring, RECIP_MANTISSA_BITS),
+            CompileOptions {
+                split: Some(true),
+                grouped: Some(RECIP_RUN_WINDOW_BITS),
+                lookup: Some(LookupBackend::StepBits),
+                ..CompileOptions::default()
+            },
+        )
+    })?;
     Ok((exp, recip))
 }
 
@@ -196,8 +233,10 @@ pub const GELU_ROW_BITS: u32 = 7;
 /// # Errors
 /// [`SpecError`] for unsupported widths.
 pub fn gelu(n: u32, f: u32, form: library::GeluForm) -> Result<Compiled, SpecError> {
-    let spec = OperatorSpec { slack: true, ..library::gelu_rows(n - f, n, f, form, GELU_ROW_BITS) };
-    Compiled::with_options(&spec, CompileOptions { split: Some(true), ..CompileOptions::default() })
+    made(Made::Gelu(n, f, form), || {
+        let spec = OperatorSpec { slack: true, ..library::gelu_rows(n - f, n, f, form, GELU_ROW_BITS) };
+        Compiled::with_options(&spec, CompileOptions { split: Some(true), ..CompileOptions::default() })
+    })
 }
 
 /// SiLU as the models run it: the residual `ReLU(x) − SiLU(x)` from rows of
@@ -207,8 +246,10 @@ pub fn gelu(n: u32, f: u32, form: library::GeluForm) -> Result<Compiled, SpecErr
 /// # Errors
 /// [`SpecError`] if the widths do not fit.
 pub fn silu(n: u32, f: u32) -> Result<Compiled, SpecError> {
-    let spec = OperatorSpec { slack: true, ..library::silu_rows(n - f, n, f, GELU_ROW_BITS) };
-    Compiled::with_options(&spec, CompileOptions { split: Some(true), ..CompileOptions::default() })
+    made(Made::Silu(n, f), || {
+        let spec = OperatorSpec { slack: true, ..library::silu_rows(n - f, n, f, GELU_ROW_BITS) };
+        Compiled::with_options(&spec, CompileOptions { split: Some(true), ..CompileOptions::default() })
+    })
 }
 
 /// Mantissa bits of LayerNorm's `1/σ` grid ([`library::rsqrt_bits`]): 7, so that
@@ -253,7 +294,12 @@ pub fn rsqrt_options(n: u32, f: u32, d: u64, m: u32) -> CompileOptions {
 /// [`SpecError`] for unsupported widths.
 pub fn rsqrt(bits: u32, scale: u32, cols: usize, m: u32) -> Result<Compiled, SpecError> {
     let d = cols as u64;
-    Compiled::with_options(&library::rsqrt_bits(bits, bits, scale, d, m), rsqrt_options(bits, scale, d, m))
+    made(Made::Rsqrt(bits, scale, d, m), || {
+        Compiled::with_options(
+            &library::rsqrt_bits(bits, bits, scale, d, m),
+            rsqrt_options(bits, scale, d, m),
+        )
+    })
 }
 
 /// LayerNorm (`normalize`) or RMSNorm with the mean's shift in one round (a DCF carry with
@@ -282,9 +328,11 @@ pub fn norm(
     let (m, extra) =
         if normalize { (RSQRT_MANTISSA_BITS, 0) } else { (RMS_RSQRT_MANTISSA_BITS, RMS_RSQRT_EXTRA_BITS) };
     let d = cols as u64;
-    let spec =
-        library::rsqrt_grid_out(bits, bits, scale, d, m, library::rsqrt_floor_bits(bits, scale, d, m), extra);
-    let rsqrt = Compiled::with_options(&spec, rsqrt_options(bits, scale, d, m))?;
+    let rsqrt = made(Made::NormRsqrt(bits, scale, d, m, extra), || {
+        let floor = library::rsqrt_floor_bits(bits, scale, d, m);
+        let spec = library::rsqrt_grid_out(bits, bits, scale, d, m, floor, extra);
+        Compiled::with_options(&spec, rsqrt_options(bits, scale, d, m))
+    })?;
     Norm::with(bits, scale, rows, cols, normalize, gamma, beta, mean, rsqrt)
         .and_then(|n| n.with_rsqrt_extra(extra).with_centred_sum_sq(normalize).with_deferred_gain(normalize))
         .map_err(|e| SpecError::Width(e.to_string()))

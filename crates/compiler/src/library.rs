@@ -34,7 +34,7 @@ pub fn round_half_up(v: f64) -> i64 {
 }
 
 /// Which form of GeLU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GeluForm {
     /// `x·Φ(x)` with the error function.
     Erf,
