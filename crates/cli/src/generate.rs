@@ -168,7 +168,8 @@ impl Keys {
         Ok(Keys::Disk { readers: Box::new(readers), paths, reports })
     }
 
-    /// Run step `t` at both servers over `link`: its dealer's report and both runs.
+    /// Run step `t` at both servers over `link`: its dealer's report, both runs and the
+    /// online time (keys dealt in memory are dealt first, outside it).
     #[allow(clippy::too_many_arguments)]
     fn run_step(
         &mut self,
@@ -178,19 +179,22 @@ impl Keys {
         inputs: [Vec<u64>; 2],
         held: [&[Vec<u64>]; 2],
         link: Link,
-    ) -> anyhow::Result<(DealReport, [PartyRun; 2])> {
+    ) -> anyhow::Result<(DealReport, [PartyRun; 2], std::time::Duration)> {
         match self {
             Keys::Memory { dealer, masks } => {
                 let dealt = deal_carried(g, gates, dealer, masks, |_, _| {})?;
                 let [mut k0, mut k1] = dealt.keys;
+                let t0 = Instant::now();
                 let runs = run_linked_step(g, gates, [&mut k0, &mut k1], inputs, held, link)?;
+                let online = t0.elapsed();
                 *masks = dealt.carry;
-                Ok((dealt.report, runs))
+                Ok((dealt.report, runs, online))
             }
             Keys::Disk { readers, reports, .. } => {
                 let [r0, r1] = &mut **readers;
+                let t0 = Instant::now();
                 let runs = run_linked_step(g, gates, [r0, r1], inputs, held, link)?;
-                Ok((reports[t].clone(), runs))
+                Ok((reports[t].clone(), runs, t0.elapsed()))
             }
         }
     }
@@ -256,9 +260,8 @@ pub fn run_session_until(
         let x = m.fx.input(&new);
         let (want, next_plain) = plain_step(&g, &gates, &x, &plain_cache)?;
         let (x0, x1) = share_input(&x, g.n, &mut client);
-        let t0 = Instant::now();
-        let (report, [r0, r1]) = keys.run_step(t, &g, &gates, [x0, x1], [&held[0], &held[1]], opts.link)?;
-        let online = t0.elapsed();
+        let (report, [r0, r1], online) =
+            keys.run_step(t, &g, &gates, [x0, x1], [&held[0], &held[1]], opts.link)?;
         let y = reconstruct(&r0.output, &r1.output, g.n);
         let logits: Vec<f64> = y.iter().map(|&v| dequantize(v, 2 * g.f, g.n)).collect();
         let float = forward_f64(&m.w, &new, &mut float_cache);
