@@ -121,6 +121,9 @@ pub struct SessionOpts {
 enum Keys {
     /// Dealt step by step in memory: the dealer and its masks of the KV cache.
     Memory { dealer: DealerRng, masks: Vec<Vec<u64>> },
+    /// Dealt step by step beside the servers, gate by gate as they take them
+    /// (`--keys-streamed`): a step's keys are never all in memory at once.
+    Stream { dealer: DealerRng, masks: Vec<Vec<u64>> },
     /// Dealt ahead: both parties' bundles, read step by step.
     Disk { readers: Box<[BundleReader; 2]>, paths: [PathBuf; 2], reports: Vec<DealReport> },
 }
@@ -131,9 +134,7 @@ impl Keys {
         let mut dealer = fss::rng::os_rng()?;
         let dir = match at {
             KeysAt::Memory => return Ok(Keys::Memory { dealer, masks: vec![] }),
-            KeysAt::Stream => {
-                bail!("a session's keys are dealt ahead (--keys-dir) or step by step (--keys-in-memory)")
-            }
+            KeysAt::Stream => return Ok(Keys::Stream { dealer, masks: vec![] }),
             KeysAt::Disk(dir) => dir,
         };
         let (fp, sections) = session::identity(&m.fx, imp, shape, &mut Fingerprints::default())?;
@@ -169,7 +170,8 @@ impl Keys {
     }
 
     /// Run step `t` at both servers over `link`: its dealer's report, both runs and the
-    /// online time (keys dealt in memory are dealt first, outside it).
+    /// online time (keys dealt in memory are dealt first, outside it; streamed keys are
+    /// dealt beside the servers, within it).
     #[allow(clippy::too_many_arguments)]
     fn run_step(
         &mut self,
@@ -189,6 +191,31 @@ impl Keys {
                 let online = t0.elapsed();
                 *masks = dealt.carry;
                 Ok((dealt.report, runs, online))
+            }
+            Keys::Stream { dealer, masks } => {
+                let (mut s0, mut s1, mut source0, mut source1) = crate::model::stream::pair(g.n);
+                let carried: &[Vec<u64>] = masks;
+                let t0 = Instant::now();
+                let (dealt, runs) = std::thread::scope(|sc| {
+                    let d = sc.spawn(move || {
+                        engine::deal_step(g, gates, dealer, [&mut s0, &mut s1], carried, |_, _| {})
+                    });
+                    let runs = run_linked_step(g, gates, [&mut source0, &mut source1], inputs, held, link);
+                    // (A server that stopped lets go of its end, so that the dealer stops too.)
+                    drop((source0, source1));
+                    let dealt = d.join().map_err(|_| anyhow::anyhow!("the dealer thread panicked"));
+                    (dealt, runs)
+                });
+                let online = t0.elapsed();
+                // Both failed: the servers' error, with the dealer's (one stopped the other).
+                let ((report, carry), runs) = match (dealt?, runs) {
+                    (Ok(d), Ok(r)) => (d, r),
+                    (Ok(_), Err(e)) => return Err(e),
+                    (Err(d), Ok(_)) => return Err(d.into()),
+                    (Err(d), Err(e)) => return Err(e.context(format!("the dealer: {d}"))),
+                };
+                *masks = carry;
+                Ok((report, runs, online))
             }
             Keys::Disk { readers, reports, .. } => {
                 let [r0, r1] = &mut **readers;

@@ -327,7 +327,7 @@ pub fn run_with(
 }
 
 /// Keys handed from a dealer thread to the servers as they are made.
-mod stream {
+pub(crate) mod stream {
     use std::any::Any;
     use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 

@@ -34,6 +34,25 @@ fn generation_is_exact_for_both_implementations() {
     assert_eq!(rows[0]["exact"], true);
 }
 
+/// Keys dealt in memory before each step, or streamed gate by gate beside the servers:
+/// every step exact, and the same tokens as with bundles on disk (greedy sampling).
+#[test]
+fn generation_with_keys_in_memory_or_streamed() {
+    let run = |keys: &str| {
+        let mut args = vec!["generate", "--prompt", "a private prompt", "--max-new-tokens", "3", "--json"];
+        if !keys.is_empty() {
+            args.push(keys);
+        }
+        let rows = json_rows(&args);
+        assert_eq!(rows[0]["exact"], true, "{keys}: {}", rows[0]);
+        assert_eq!(rows[0]["steps"].as_array().unwrap().len(), 3, "{keys}");
+        rows[0]["tokens"].clone()
+    };
+    let disk = run("");
+    assert_eq!(run("--keys-in-memory"), disk);
+    assert_eq!(run("--keys-streamed"), disk);
+}
+
 #[test]
 fn bench_generate_reports_per_token_costs() {
     let rows = json_rows(&["bench", "generate", "--prompt-len", "6", "--new-tokens", "3", "--json"]);
