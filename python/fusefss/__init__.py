@@ -473,6 +473,7 @@ class Model:
         *,
         keys_in_memory: bool = False,
         keys_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+        keys_streamed: bool = False,
         progress: bool = False,
     ) -> Generation:
         """Generate text privately, token by token (``llama-tiny``, ``smollm2``).
@@ -482,7 +483,9 @@ class Model:
         clear (greedy when ``temperature`` is 0, else with ``temperature`` and ``top_p``)
         and shares it for the next step, as ``fusefss generate`` does. By default the
         dealer first deals the whole session into a temporary folder (``keys_dir`` to
-        choose it; ``keys_in_memory=True`` deals each step just before it runs).
+        choose it; ``keys_in_memory=True`` deals each step just before it runs;
+        ``keys_streamed=True`` deals each step beside the servers, gate by gate: no step's
+        keys all in memory, and the fastest start, as ``fusefss generate --keys-streamed``).
 
         Returns:
             a :class:`Generation`: iterate it for :class:`Token` objects as they come.
@@ -501,6 +504,7 @@ class Model:
             bool(chat),
             bool(keys_in_memory),
             None if keys_dir is None else os.fspath(keys_dir),
+            bool(keys_streamed),
         )
         return Generation(native, self, progress, int(max_new_tokens))
 

@@ -44,6 +44,7 @@ class NativeModel:
         chat: bool,
         keys_in_memory: bool,
         keys_dir: Optional[Union[str, PathLike[str]]] = None,
+        keys_streamed: bool = False,
     ) -> NativeGeneration: ...
 
 class NativeGeneration:

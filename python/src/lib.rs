@@ -190,7 +190,7 @@ impl NativeModel {
         runs.iter().map(|r| run_out(py, r)).collect()
     }
 
-    #[pyo3(signature = (prompt, max_new_tokens, temperature, top_p, chat, keys_in_memory, keys_dir=None))]
+    #[pyo3(signature = (prompt, max_new_tokens, temperature, top_p, chat, keys_in_memory, keys_dir=None, keys_streamed=false))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
         &self,
@@ -201,6 +201,7 @@ impl NativeModel {
         chat: bool,
         keys_in_memory: bool,
         keys_dir: Option<PathBuf>,
+        keys_streamed: bool,
     ) -> NativeGeneration {
         let o = api::GenerateOptions {
             max_new_tokens,
@@ -208,6 +209,7 @@ impl NativeModel {
             top_p,
             chat,
             keys_in_memory,
+            keys_streamed,
             keys_dir,
             ..api::GenerateOptions::default()
         };

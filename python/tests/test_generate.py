@@ -14,9 +14,14 @@ def llama() -> fusefss.Model:
     return fusefss.Model("llama-tiny")
 
 
-@pytest.mark.parametrize("keys_in_memory", [False, True])
-def test_every_token_is_exact(llama: fusefss.Model, keys_in_memory: bool) -> None:
-    gen = llama.generate("the servers never see this prompt", max_new_tokens=3, keys_in_memory=keys_in_memory)
+@pytest.mark.parametrize("keys", ["disk", "memory", "streamed"])
+def test_every_token_is_exact(llama: fusefss.Model, keys: str) -> None:
+    gen = llama.generate(
+        "the servers never see this prompt",
+        max_new_tokens=3,
+        keys_in_memory=keys == "memory",
+        keys_streamed=keys == "streamed",
+    )
     tokens = list(gen)
     assert [t.step for t in tokens] == [0, 1, 2]
     for t in tokens:
@@ -50,3 +55,5 @@ def test_bad_options_raise_when_iterating(llama: fusefss.Model) -> None:
         list(llama.generate("bad sampling", max_new_tokens=2, top_p=0.0))
     with pytest.raises(fusefss.FusefssError, match="max_new_tokens"):
         list(llama.generate("no tokens", max_new_tokens=0))
+    with pytest.raises(fusefss.FusefssError, match="choose one"):
+        list(llama.generate("two places", max_new_tokens=1, keys_streamed=True, keys_in_memory=True))

@@ -175,6 +175,9 @@ pub struct GenerateOptions {
     /// In this process: deal each step in memory just before it runs, instead of the whole
     /// session ahead into bundles on disk (`fusefss generate --keys-in-memory`).
     pub keys_in_memory: bool,
+    /// In this process: deal each step beside the servers, handing its keys over gate by
+    /// gate (`fusefss generate --keys-streamed`).
+    pub keys_streamed: bool,
     /// In this process: the folder for the session's bundles (default: a fresh folder under
     /// the system's temporary folder, removed at the end).
     pub keys_dir: Option<PathBuf>,
@@ -193,6 +196,7 @@ impl Default for GenerateOptions {
             top_p: 1.0,
             chat: false,
             keys_in_memory: false,
+            keys_streamed: false,
             keys_dir: None,
             check: true,
             hide_length: false,
@@ -519,7 +523,12 @@ impl Model {
         let m = self.llama()?;
         let sampling = o.sampling()?;
         let ids = m.prompt(prompt, o.chat)?;
+        ensure!(
+            !(o.keys_streamed && (o.keys_in_memory || o.keys_dir.is_some())),
+            "keys are streamed, in memory or in a folder: choose one"
+        );
         let (keys, temp) = match (&o.keys_dir, o.keys_in_memory) {
+            _ if o.keys_streamed => (KeysAt::Stream, None),
             (_, true) => (KeysAt::Memory, None),
             (Some(d), false) => (KeysAt::Disk(d.clone()), None),
             (None, false) => {
