@@ -193,29 +193,9 @@ impl Keys {
                 Ok((dealt.report, runs, online))
             }
             Keys::Stream { dealer, masks } => {
-                let (mut s0, mut s1, mut source0, mut source1) = crate::model::stream::pair(g.n);
-                let carried: &[Vec<u64>] = masks;
-                let t0 = Instant::now();
-                let (dealt, runs) = std::thread::scope(|sc| {
-                    let d = sc.spawn(move || {
-                        engine::deal_step(g, gates, dealer, [&mut s0, &mut s1], carried, |_, _| {})
-                    });
-                    let runs = run_linked_step(g, gates, [&mut source0, &mut source1], inputs, held, link);
-                    // (A server that stopped lets go of its end, so that the dealer stops too.)
-                    drop((source0, source1));
-                    let dealt = d.join().map_err(|_| anyhow::anyhow!("the dealer thread panicked"));
-                    (dealt, runs)
-                });
-                let online = t0.elapsed();
-                // Both failed: the servers' error, with the dealer's (one stopped the other).
-                let ((report, carry), runs) = match (dealt?, runs) {
-                    (Ok(d), Ok(r)) => (d, r),
-                    (Ok(_), Err(e)) => return Err(e),
-                    (Err(d), Ok(_)) => return Err(d.into()),
-                    (Err(d), Err(e)) => return Err(e.context(format!("the dealer: {d}"))),
-                };
-                *masks = carry;
-                Ok((report, runs, online))
+                let s = crate::model::stream::run(g, gates, dealer, masks, |_, _| {}, inputs, held, link)?;
+                *masks = s.carry;
+                Ok((s.report, s.runs, s.online))
             }
             Keys::Disk { readers, reports, .. } => {
                 let [r0, r1] = &mut **readers;

@@ -290,18 +290,8 @@ pub fn run_with(
             (deal, runs, t.elapsed(), 0)
         }
         KeysAt::Stream => {
-            let (mut s0, mut s1, source0, source1) = stream::pair(g.n);
-            let mut sources = [source0, source1];
-            let t = Instant::now();
-            let (deal, runs) = std::thread::scope(|sc| -> anyhow::Result<(DealReport, [PartyRun; 2])> {
-                let gates = &gates;
-                let dealer = sc.spawn(move || engine::deal_into(g, gates, rng, [&mut s0, &mut s1], progress));
-                let [r0, r1] = &mut sources;
-                let runs = run_linked_step(g, gates, [r0, r1], [x0, x1], [&[], &[]], link);
-                let deal = dealer.join().map_err(|_| anyhow::anyhow!("the dealer thread panicked"))??;
-                Ok((deal, runs?))
-            })?;
-            (deal, runs, t.elapsed(), 0)
+            let s = stream::run(g, &gates, rng, &[], progress, [x0, x1], [&[], &[]], link)?;
+            (s.report, s.runs, s.online, 0)
         }
         KeysAt::Disk(dir) => {
             let mut disk = DiskKeys::deal(dir, g, &gates, rng, progress)?;
@@ -331,9 +321,14 @@ pub(crate) mod stream {
     use std::any::Any;
     use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-    use engine::{DynGate, EngineError, KeySink, KeySource};
+    use std::time::{Duration, Instant};
+
+    use engine::{DealReport, DynGate, EngineError, Graph, KeySink, KeySource, PartyRun};
     use fss::Party;
+    use fss::rng::DealerRng;
     use gates::GateError;
+
+    use super::{Link, run_linked_step};
 
     /// Gates' keys dealt ahead of the online phase at most, per party.
     const AHEAD: usize = 2;
@@ -361,10 +356,58 @@ pub(crate) mod stream {
     }
 
     /// Both parties' ends.
-    pub fn pair(_n: u32) -> (Sink, Sink, Source, Source) {
+    fn pair(_n: u32) -> (Sink, Sink, Source, Source) {
         let (t0, r0) = sync_channel(AHEAD);
         let (t1, r1) = sync_channel(AHEAD);
         (Sink(t0), Sink(t1), Source { party: Party::P0, rx: r0 }, Source { party: Party::P1, rx: r1 })
+    }
+
+    /// What [`run`] returns.
+    pub struct Streamed {
+        /// The dealer's report.
+        pub report: DealReport,
+        /// The masks of the program's carried values, for the next program.
+        pub carry: Vec<Vec<u64>>,
+        /// Both servers' runs.
+        pub runs: [PartyRun; 2],
+        /// From the start to both servers' end, dealing included.
+        pub online: Duration,
+    }
+
+    /// Deal `g`'s keys on a thread of their own, handing them over gate by gate, while both
+    /// servers run `g` (`carried`: the masks of the values carried from the previous
+    /// program). A server that stops lets go of its end, so that the dealer stops too; when
+    /// both fail, the servers' error comes with the dealer's.
+    ///
+    /// # Errors
+    /// The servers' or the dealer's.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(
+        g: &Graph,
+        gates: &[Option<Box<dyn DynGate>>],
+        rng: &mut DealerRng,
+        carried: &[Vec<u64>],
+        progress: impl FnMut(usize, usize) + Send,
+        inputs: [Vec<u64>; 2],
+        held: [&[Vec<u64>]; 2],
+        link: Link,
+    ) -> anyhow::Result<Streamed> {
+        let (mut s0, mut s1, mut r0, mut r1) = pair(g.n);
+        let t = Instant::now();
+        let (dealt, runs) = std::thread::scope(|sc| {
+            let dealer =
+                sc.spawn(move || engine::deal_step(g, gates, rng, [&mut s0, &mut s1], carried, progress));
+            let runs = run_linked_step(g, gates, [&mut r0, &mut r1], inputs, held, link);
+            drop((r0, r1));
+            (dealer.join().map_err(|_| anyhow::anyhow!("the dealer thread panicked")), runs)
+        });
+        let online = t.elapsed();
+        match (dealt?, runs) {
+            (Ok((report, carry)), Ok(runs)) => Ok(Streamed { report, carry, runs, online }),
+            (Ok(_), Err(e)) => Err(e),
+            (Err(d), Ok(_)) => Err(d.into()),
+            (Err(d), Err(e)) => Err(e.context(format!("the dealer: {d}"))),
+        }
     }
 
     fn gone() -> EngineError {
