@@ -14,7 +14,6 @@
 //! trees take them. (A compiled gate's share words, kept and taken the same way when
 //! dealt and decoded, gave no measurable gain: CHANGELOG.md.)
 
-use std::mem::MaybeUninit;
 use std::sync::Mutex;
 
 use zeroize::Zeroize;
@@ -22,33 +21,26 @@ use zeroize::Zeroize;
 /// Bytes of spent vectors kept at most.
 pub const KEPT_BYTES: usize = 512 << 20;
 
-/// Vectors smaller than this (in bytes) are wiped at once: cheap to wipe, and not worth a
-/// search of the pool.
-const MIN_BYTES: usize = 8 << 10;
+/// Vectors of fewer words are wiped at once: cheap to wipe, and not worth a search of the
+/// pool.
+const MIN_WORDS: usize = 1 << 10;
 
 /// Kept vectors and their bytes.
-struct Pool<T> {
-    free: Vec<Vec<T>>,
+struct Pool {
+    free: Vec<Vec<u64>>,
     bytes: usize,
     limit: usize,
 }
 
-impl<T: Copy> Pool<T>
-where
-    [MaybeUninit<T>]: Zeroize,
-{
-    const fn new(limit: usize) -> Pool<T> {
+impl Pool {
+    const fn new(limit: usize) -> Pool {
         Pool { free: Vec::new(), bytes: 0, limit }
     }
 
-    fn size(v: &Vec<T>) -> usize {
-        v.capacity() * std::mem::size_of::<T>()
-    }
-
     /// Keep `v`, or hand it back if it is too small or the pool is full.
-    fn give(&mut self, v: Vec<T>) -> Option<Vec<T>> {
-        let size = Self::size(&v);
-        if size < MIN_BYTES || self.bytes + size > self.limit {
+    fn give(&mut self, v: Vec<u64>) -> Option<Vec<u64>> {
+        let size = 8 * v.capacity();
+        if v.capacity() < MIN_WORDS || self.bytes + size > self.limit {
             return Some(v);
         }
         self.bytes += size;
@@ -56,37 +48,34 @@ where
         None
     }
 
-    /// The smallest kept vector with room for `n` elements that wastes at most half of
-    /// itself, emptied, its elements from `n` on zeroed (those before are the caller's to
-    /// overwrite).
-    fn take(&mut self, n: usize) -> Option<Vec<T>> {
-        if n * std::mem::size_of::<T>() < MIN_BYTES {
+    /// The smallest kept vector with room for `n` words that wastes at most half of itself,
+    /// emptied, its words from `n` on zeroed (those before are the caller's to overwrite).
+    fn take(&mut self, n: usize) -> Option<Vec<u64>> {
+        if n < MIN_WORDS {
             return None;
         }
         let i = (0..self.free.len())
             .filter(|&i| (n..=2 * n).contains(&self.free[i].capacity()))
             .min_by_key(|&i| self.free[i].capacity())?;
         let mut v = self.free.swap_remove(i);
-        self.bytes -= Self::size(&v);
+        self.bytes -= 8 * v.capacity();
         v.clear();
         v.spare_capacity_mut()[n..].zeroize();
         Some(v)
     }
 
     /// Every kept vector, the pool emptied.
-    fn drain(&mut self) -> Vec<Vec<T>> {
+    fn drain(&mut self) -> Vec<Vec<u64>> {
         self.bytes = 0;
         std::mem::take(&mut self.free)
     }
 }
 
-static WORDS: Mutex<Pool<u64>> = Mutex::new(Pool::new(KEPT_BYTES));
+static KEPT: Mutex<Pool> = Mutex::new(Pool::new(KEPT_BYTES));
 
-fn give<T: Copy>(pool: &Mutex<Pool<T>>, v: Vec<T>)
-where
-    [MaybeUninit<T>]: Zeroize,
-{
-    let back = match pool.lock() {
+/// Keep spent key words for later keys to overwrite (or wipe them if none are kept).
+pub fn give_words(v: Vec<u64>) {
+    let back = match KEPT.lock() {
         Ok(mut p) => p.give(v),
         Err(_) => Some(v),
     };
@@ -95,37 +84,19 @@ where
     }
 }
 
-fn take<T: Copy>(pool: &Mutex<Pool<T>>, n: usize) -> Vec<T>
-where
-    [MaybeUninit<T>]: Zeroize,
-{
-    let kept = pool.lock().ok().and_then(|mut p| p.take(n));
-    kept.unwrap_or_else(|| Vec::with_capacity(n))
-}
-
-/// Keep spent key words for later keys to overwrite (or wipe them if none are kept).
-pub fn give_words(v: Vec<u64>) {
-    give(&WORDS, v);
-}
-
 /// An empty vector with room for `n` words: spent words kept by [`give_words`] if some fit
 /// (their words from `n` on zeroed), else a new allocation.
 pub fn take_words(n: usize) -> Vec<u64> {
-    take(&WORDS, n)
+    let kept = KEPT.lock().ok().and_then(|mut p| p.take(n));
+    kept.unwrap_or_else(|| Vec::with_capacity(n))
 }
 
 /// Wipe every kept vector.
 pub fn wipe_all() {
-    fn drain<T: Copy>(pool: &Mutex<Pool<T>>)
-    where
-        [MaybeUninit<T>]: Zeroize,
-    {
-        let free = pool.lock().map(|mut p| p.drain()).unwrap_or_default();
-        for mut v in free {
-            crate::wipe::wipe(&mut v);
-        }
+    let free = KEPT.lock().map(|mut p| p.drain()).unwrap_or_default();
+    for mut v in free {
+        crate::wipe::wipe(&mut v);
     }
-    drain(&WORDS);
 }
 
 #[cfg(test)]
@@ -137,7 +108,7 @@ mod tests {
     /// draining empties the pool.
     #[test]
     fn spent_vectors_are_kept_for_requests_they_fit() {
-        let mut pool = Pool::<u64>::new(8 * 10_000);
+        let mut pool = Pool::new(8 * 10_000);
         let v = |cap: usize| {
             let mut v = Vec::with_capacity(cap);
             v.extend((0..cap as u64).map(|i| i | 1));
