@@ -474,6 +474,7 @@ class Model:
         keys_in_memory: bool = False,
         keys_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         keys_streamed: bool = False,
+        keys_on_disk: bool = False,
         progress: bool = False,
     ) -> Generation:
         """Generate text privately, token by token (``llama-tiny``, ``smollm2``).
@@ -482,10 +483,11 @@ class Model:
         cache, which the servers keep as masked values; the client picks each token in the
         clear (greedy when ``temperature`` is 0, else with ``temperature`` and ``top_p``)
         and shares it for the next step, as ``fusefss generate`` does. By default the
-        dealer first deals the whole session into a temporary folder (``keys_dir`` to
-        choose it; ``keys_in_memory=True`` deals each step just before it runs;
-        ``keys_streamed=True`` deals each step beside the servers, gate by gate: no step's
-        keys all in memory, and the fastest start, as ``fusefss generate --keys-streamed``).
+        dealer deals each step beside the servers and hands its keys over gate by gate
+        (``keys_streamed``: no step's keys all in memory, and the fastest start);
+        ``keys_in_memory=True`` deals each step just before it runs; ``keys_on_disk=True``
+        deals the whole session ahead into bundles in a temporary folder (``keys_dir`` to
+        choose it), so that each step's online time has the machine to itself.
 
         Returns:
             a :class:`Generation`: iterate it for :class:`Token` objects as they come.
@@ -505,6 +507,7 @@ class Model:
             bool(keys_in_memory),
             None if keys_dir is None else os.fspath(keys_dir),
             bool(keys_streamed),
+            bool(keys_on_disk),
         )
         return Generation(native, self, progress, int(max_new_tokens))
 

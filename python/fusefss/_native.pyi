@@ -45,6 +45,7 @@ class NativeModel:
         keys_in_memory: bool,
         keys_dir: Optional[Union[str, PathLike[str]]] = None,
         keys_streamed: bool = False,
+        keys_on_disk: bool = False,
     ) -> NativeGeneration: ...
 
 class NativeGeneration:

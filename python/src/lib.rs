@@ -190,7 +190,7 @@ impl NativeModel {
         runs.iter().map(|r| run_out(py, r)).collect()
     }
 
-    #[pyo3(signature = (prompt, max_new_tokens, temperature, top_p, chat, keys_in_memory, keys_dir=None, keys_streamed=false))]
+    #[pyo3(signature = (prompt, max_new_tokens, temperature, top_p, chat, keys_in_memory, keys_dir=None, keys_streamed=false, keys_on_disk=false))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
         &self,
@@ -202,6 +202,7 @@ impl NativeModel {
         keys_in_memory: bool,
         keys_dir: Option<PathBuf>,
         keys_streamed: bool,
+        keys_on_disk: bool,
     ) -> NativeGeneration {
         let o = api::GenerateOptions {
             max_new_tokens,
@@ -210,6 +211,7 @@ impl NativeModel {
             chat,
             keys_in_memory,
             keys_streamed,
+            keys_on_disk,
             keys_dir,
             ..api::GenerateOptions::default()
         };

@@ -21,6 +21,7 @@ def test_every_token_is_exact(llama: fusefss.Model, keys: str) -> None:
         max_new_tokens=3,
         keys_in_memory=keys == "memory",
         keys_streamed=keys == "streamed",
+        keys_on_disk=keys == "disk",
     )
     tokens = list(gen)
     assert [t.step for t in tokens] == [0, 1, 2]
@@ -57,3 +58,5 @@ def test_bad_options_raise_when_iterating(llama: fusefss.Model) -> None:
         list(llama.generate("no tokens", max_new_tokens=0))
     with pytest.raises(fusefss.FusefssError, match="choose one"):
         list(llama.generate("two places", max_new_tokens=1, keys_streamed=True, keys_in_memory=True))
+    with pytest.raises(fusefss.FusefssError, match="choose one"):
+        list(llama.generate("two places", max_new_tokens=1, keys_on_disk=True, keys_in_memory=True))

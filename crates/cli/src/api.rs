@@ -172,14 +172,17 @@ pub struct GenerateOptions {
     pub top_p: f64,
     /// Wrap the prompt in the model's chat template (SmolLM2).
     pub chat: bool,
-    /// In this process: deal each step in memory just before it runs, instead of the whole
-    /// session ahead into bundles on disk (`fusefss generate --keys-in-memory`).
+    /// In this process: deal each step in memory just before it runs
+    /// (`fusefss generate --keys-in-memory`).
     pub keys_in_memory: bool,
     /// In this process: deal each step beside the servers, handing its keys over gate by
-    /// gate (`fusefss generate --keys-streamed`).
+    /// gate (`fusefss generate --keys-streamed`): the default when no other place is chosen.
     pub keys_streamed: bool,
-    /// In this process: the folder for the session's bundles (default: a fresh folder under
-    /// the system's temporary folder, removed at the end).
+    /// In this process: deal the whole session ahead into bundles on disk, in `keys_dir`
+    /// or a fresh folder under the system's temporary folder, removed at the end
+    /// (`fusefss generate --keys-on-disk`).
+    pub keys_on_disk: bool,
+    /// In this process: the folder for the session's bundles (implies `keys_on_disk`).
     pub keys_dir: Option<PathBuf>,
     /// Against deployed servers: recompute every step with the plaintext fixed-point model.
     pub check: bool,
@@ -197,6 +200,7 @@ impl Default for GenerateOptions {
             chat: false,
             keys_in_memory: false,
             keys_streamed: false,
+            keys_on_disk: false,
             keys_dir: None,
             check: true,
             hide_length: false,
@@ -523,18 +527,20 @@ impl Model {
         let m = self.llama()?;
         let sampling = o.sampling()?;
         let ids = m.prompt(prompt, o.chat)?;
+        let on_disk = o.keys_on_disk || o.keys_dir.is_some();
         ensure!(
-            !(o.keys_streamed && (o.keys_in_memory || o.keys_dir.is_some())),
+            [o.keys_streamed, o.keys_in_memory, on_disk].iter().filter(|&&b| b).count() <= 1,
             "keys are streamed, in memory or in a folder: choose one"
         );
-        let (keys, temp) = match (&o.keys_dir, o.keys_in_memory) {
-            _ if o.keys_streamed => (KeysAt::Stream, None),
-            (_, true) => (KeysAt::Memory, None),
-            (Some(d), false) => (KeysAt::Disk(d.clone()), None),
-            (None, false) => {
+        // Streamed unless asked otherwise, as `fusefss generate`.
+        let (keys, temp) = match &o.keys_dir {
+            _ if o.keys_in_memory => (KeysAt::Memory, None),
+            Some(d) => (KeysAt::Disk(d.clone()), None),
+            None if o.keys_on_disk => {
                 let d = temp_keys_dir("generate");
                 (KeysAt::Disk(d.clone()), Some(d))
             }
+            None => (KeysAt::Stream, None),
         };
         let opts = SessionOpts { link: Link::default(), keys, stop_at_eos: true };
         let result = run_session_until(m, &ids, o.max_new_tokens, self.imp, sampling, &opts, |r| {

@@ -1,14 +1,21 @@
 //! `fusefss generate` and `fusefss bench generate`: token-by-token private generation with
 //! the dealer, both servers and the client in one process.
 //!
-//! The dealer deals the whole session ahead (`service::session`: one bundle per party on
-//! disk, the steps' keys one after the other, the KV cache's masks carried from step to
-//! step); both servers then run it step by step on two threads, reading each step's keys as
-//! they reach them and keeping the KV cache as masked values. Per step the client
+//! Each step is a program: the prefill over the prompt, then one decode program per new
+//! token over the KV cache, which the servers keep as masked values. Per step the client
 //! reconstructs the LM head's output (scale `2f`), truncates it, picks the next token in the
 //! clear (greedy, or with `--temperature` / `--top-p` from its own RNG), embeds it and
-//! secret-shares it for the next step. With `--keys-in-memory` each step is dealt in memory
-//! just before it runs instead (faster, more memory).
+//! secret-shares it for the next step. Where the keys are:
+//!
+//! - streamed (the default of `generate`, `--keys-streamed`): the dealer deals each step
+//!   beside the servers and hands its keys over gate by gate, the KV cache's masks carried
+//!   from step to step; the first token comes after the prefill's own dealing;
+//! - on disk (the default of `bench generate`, `--keys-on-disk` / `--keys-dir`): the dealer
+//!   deals the whole session ahead (`service::session`: one bundle per party, the steps'
+//!   keys one after the other); both servers then run it step by step on two threads,
+//!   reading each step's keys as they reach them, so a step's online time has the machine
+//!   to itself;
+//! - in memory (`--keys-in-memory`): each step dealt in memory just before it runs.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -29,7 +36,8 @@ use service::session::{self, SessionShape};
 
 use crate::model::NetChoice;
 use crate::model::{
-    ImplChoice, KeysArgs, KeysAt, Link, TransportChoice, peak_rss_bytes, reset_peak_rss, run_linked_step,
+    ImplChoice, KeysArgs, KeysAt, KeysDefault, Link, TransportChoice, peak_rss_bytes, reset_peak_rss,
+    run_linked_step,
 };
 
 /// Load a model that generates (a built-in one, or the Hugging Face folder `dir`), at its
@@ -363,6 +371,8 @@ struct GenerateRow<'a> {
     model: String,
     #[serde(rename = "impl")]
     implementation: &'static str,
+    /// Where the keys were: `"stream"`, `"memory"` or `"disk"`.
+    keys: &'static str,
     prompt_tokens: &'a [u32],
     tokens: Vec<u32>,
     text: String,
@@ -395,7 +405,9 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
     }
     let (m, name) = load_llama(a.model, a.model_dir.as_deref(), a.n.zip(a.f).map(|(n, f)| Fixed { n, f }))?;
     let prompt = m.prompt(&a.prompt, a.chat)?;
-    let (keys, temp) = a.keys.resolve();
+    // Streamed by default: the first token comes after the prefill's own dealing, not after
+    // the whole session's (`--keys-on-disk` deals ahead).
+    let (keys, temp) = a.keys.resolve_or(KeysDefault::Stream);
     let opts = SessionOpts { link: Link::default(), keys, stop_at_eos: true };
     let result = generate_all(&a, &name, &m, &prompt, sampling, &opts);
     if let Some(d) = temp {
@@ -444,6 +456,7 @@ fn generate_all(
             let row = GenerateRow {
                 model: name.to_string(),
                 implementation: imp.name(),
+                keys: opts.keys.name(),
                 prompt_tokens: &s.prompt,
                 tokens,
                 text,

@@ -89,7 +89,7 @@ pub enum KeysAt {
 }
 
 impl KeysAt {
-    /// `"memory"` or `"disk"`.
+    /// `"memory"`, `"disk"` or `"stream"`.
     pub fn name(&self) -> &'static str {
         match self {
             KeysAt::Memory => "memory",
@@ -102,27 +102,49 @@ impl KeysAt {
 /// Where a command run in one process keeps its keys.
 #[derive(clap::Args)]
 pub struct KeysArgs {
-    /// Keep the keys in memory instead of bundles on disk (faster to deal; both parties'
-    /// keys at once in memory).
-    #[arg(long, conflicts_with_all = ["keys_dir", "keys_streamed"])]
+    /// Keep the keys in memory (faster to deal than bundles on disk; both parties' keys at
+    /// once in memory).
+    #[arg(long, conflicts_with_all = ["keys_dir", "keys_streamed", "keys_on_disk"])]
     keys_in_memory: bool,
-    /// Deal while the servers run, handing keys over gate by gate (for runs whose keys fit
-    /// neither memory nor disk; the dealer then shares the machine with the servers).
-    #[arg(long, conflicts_with = "keys_dir")]
+    /// Deal while the servers run, handing keys over gate by gate (the default of
+    /// `generate`; for runs whose keys fit neither memory nor disk; the dealer then shares
+    /// the machine with the servers).
+    #[arg(long, conflicts_with_all = ["keys_dir", "keys_on_disk"])]
     keys_streamed: bool,
-    /// Folder for the bundles (default: a fresh folder under the system's temporary
+    /// Deal the whole run ahead into bundles on disk, then run (the default of every
+    /// command but `generate`).
+    #[arg(long)]
+    keys_on_disk: bool,
+    /// Folder for the bundles on disk (default: a fresh folder under the system's temporary
     /// folder, removed at the end).
     #[arg(long)]
     keys_dir: Option<std::path::PathBuf>,
 }
 
+/// Where a command keeps its keys when no option says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeysDefault {
+    /// Bundles on disk, dealt ahead.
+    Disk,
+    /// Streamed beside the servers.
+    Stream,
+}
+
 impl KeysArgs {
-    /// Where the keys go, and the folder to remove at the end (if one was made here).
+    /// Where the keys go (bundles on disk unless an option says otherwise), and the folder
+    /// to remove at the end (if one was made here).
     pub fn resolve(&self) -> (KeysAt, Option<std::path::PathBuf>) {
+        self.resolve_or(KeysDefault::Disk)
+    }
+
+    /// Where the keys go, `default` unless an option says, and the folder to remove at the
+    /// end (if one was made here).
+    pub fn resolve_or(&self, default: KeysDefault) -> (KeysAt, Option<std::path::PathBuf>) {
         if self.keys_in_memory {
             return (KeysAt::Memory, None);
         }
-        if self.keys_streamed {
+        let on_disk = self.keys_on_disk || self.keys_dir.is_some();
+        if self.keys_streamed || (!on_disk && default == KeysDefault::Stream) {
             return (KeysAt::Stream, None);
         }
         match &self.keys_dir {

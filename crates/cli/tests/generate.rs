@@ -34,23 +34,26 @@ fn generation_is_exact_for_both_implementations() {
     assert_eq!(rows[0]["exact"], true);
 }
 
-/// Keys dealt in memory before each step, or streamed gate by gate beside the servers:
-/// every step exact, and the same tokens as with bundles on disk (greedy sampling).
+/// Keys streamed gate by gate beside the servers (the default), dealt in memory before each
+/// step, or dealt ahead into bundles on disk: every step exact, and the same tokens
+/// (greedy sampling).
 #[test]
-fn generation_with_keys_in_memory_or_streamed() {
-    let run = |keys: &str| {
+fn generation_with_keys_streamed_in_memory_or_on_disk() {
+    let run = |keys: &str, at: &str| {
         let mut args = vec!["generate", "--prompt", "a private prompt", "--max-new-tokens", "3", "--json"];
         if !keys.is_empty() {
             args.push(keys);
         }
         let rows = json_rows(&args);
         assert_eq!(rows[0]["exact"], true, "{keys}: {}", rows[0]);
+        assert_eq!(rows[0]["keys"], at, "{keys}");
         assert_eq!(rows[0]["steps"].as_array().unwrap().len(), 3, "{keys}");
         rows[0]["tokens"].clone()
     };
-    let disk = run("");
-    assert_eq!(run("--keys-in-memory"), disk);
-    assert_eq!(run("--keys-streamed"), disk);
+    let streamed = run("", "stream");
+    assert_eq!(run("--keys-streamed", "stream"), streamed);
+    assert_eq!(run("--keys-in-memory", "memory"), streamed);
+    assert_eq!(run("--keys-on-disk", "disk"), streamed);
 }
 
 #[test]
