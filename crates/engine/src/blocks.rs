@@ -17,7 +17,9 @@ pub fn quantize(v: &[f64], scale: u32, n: u32) -> Arc<[u64]> {
 /// Weights quantized at scale `2^scale` in `Z_{2^n}`, held in the narrowest type
 /// ([`Weights::from_ring`]).
 pub fn quantize_weights(v: &[f64], scale: u32, n: u32) -> Weights {
-    Weights::from_ring(&quantize(v, scale, n), n)
+    // As `Weights::from_ring(&quantize(v, scale, n), n)`, without the ring words in between.
+    let s = (scale as f64).exp2();
+    Weights::from_signed(n, v.len(), |i| crate::weights::signed((v[i] * s).round() as i64 as u64, n))
 }
 
 /// A ring element at scale `2^scale` as a real (two's complement).
@@ -149,4 +151,29 @@ pub fn row(g: &mut Graph, x: ValueId, i: usize) -> Result<ValueId, GraphError> {
     let c = g.shape(x).cols;
     let index: Vec<u32> = (0..c).map(|j| (i * c + j) as u32).collect();
     g.push(Op::Gather { x, index: index.into(), shape: Shape::new(1, c) }, "pooling")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Weights quantized straight into their narrow type equal those read back from the
+    /// ring words, in every type and ring (values past the ring's half wrap alike).
+    #[test]
+    fn quantized_weights_are_the_ring_words_narrowed() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+        };
+        for (range, n) in [(7.9, 50), (8.1, 50), (1e6, 50), (1e12, 50), (3.0, 14), (1e14, 40), (1.0, 64)] {
+            let v: Vec<f64> = (0..999).map(|_| next() * 2.0 * range).chain([-range, range, 0.0]).collect();
+            let want = Weights::from_ring(&quantize(&v, 12, n), n);
+            let got = quantize_weights(&v, 12, n);
+            assert_eq!(format!("{got:?}"), format!("{want:?}"), "range {range}, n {n}");
+            assert_eq!(got.ring_words(n), want.ring_words(n), "range {range}, n {n}");
+        }
+    }
 }

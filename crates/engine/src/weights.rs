@@ -34,19 +34,42 @@ impl Weights {
     /// The weights whose ring values (two's complement in `n` bits) are `words`, in the
     /// narrowest type that holds them all.
     pub fn from_ring(words: &[u64], n: u32) -> Weights {
-        let signed = |w: u64| -> i64 {
-            let w = w & mask(n);
-            if n < 64 && w >> (n - 1) == 1 { w as i64 - (1i64 << n) } else { w as i64 }
-        };
-        let (lo, hi) = words.iter().fold((0i64, 0i64), |(lo, hi), &w| (lo.min(signed(w)), hi.max(signed(w))));
+        Weights::from_signed(n, words.len(), |i| signed(words[i], n))
+    }
+
+    /// The `len` weights whose values (each in `[−2^{n−1}, 2^{n−1})`) are `value(0..len)`,
+    /// in the narrowest type that holds them all, without a vector of ring words first
+    /// (`value` is called twice per weight).
+    pub fn from_signed(n: u32, len: usize, value: impl Fn(usize) -> i64) -> Weights {
+        let (lo, hi) = (0..len).fold((0i64, 0i64), |(lo, hi), i| {
+            let v = value(i);
+            (lo.min(v), hi.max(v))
+        });
         // A value must also be below 2^{n−1} in magnitude to stand for itself in the ring.
         let fits = |bits: u32| n >= bits && lo >= -(1i64 << (bits - 1)) && hi < (1i64 << (bits - 1));
         if fits(16) {
-            Weights::I16(words.iter().map(|&w| signed(w) as i16).collect())
+            Weights::I16((0..len).map(|i| value(i) as i16).collect())
         } else if fits(32) {
-            Weights::I32(words.iter().map(|&w| signed(w) as i32).collect())
+            Weights::I32((0..len).map(|i| value(i) as i32).collect())
         } else {
-            Weights::Ring(words.iter().map(|&w| w & mask(n)).collect())
+            Weights::Ring((0..len).map(|i| value(i) as u64 & mask(n)).collect())
+        }
+    }
+
+    /// The transpose of these weights read as a row-major `rows × cols` matrix, in the same
+    /// type.
+    ///
+    /// # Panics
+    /// If `rows · cols` is not the number of weights.
+    pub fn transposed(&self, rows: usize, cols: usize) -> Weights {
+        fn t<T: Copy>(v: &[T], rows: usize, cols: usize) -> Arc<[T]> {
+            assert_eq!(v.len(), rows * cols, "a {rows} × {cols} matrix");
+            (0..rows * cols).map(|k| v[(k % rows) * cols + k / rows]).collect()
+        }
+        match self {
+            Weights::I16(v) => Weights::I16(t(v, rows, cols)),
+            Weights::I32(v) => Weights::I32(t(v, rows, cols)),
+            Weights::Ring(v) => Weights::Ring(t(v, rows, cols)),
         }
     }
 
@@ -106,9 +129,35 @@ impl Weights {
     }
 }
 
+/// A word of `Z_{2^n}` as a signed value (two's complement in `n` bits).
+pub(crate) fn signed(w: u64, n: u32) -> i64 {
+    let w = w & mask(n);
+    if n < 64 && w >> (n - 1) == 1 { w as i64 - (1i64 << n) } else { w as i64 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The transpose holds every weight at its transposed place, in the same type.
+    #[test]
+    fn transposed_weights() {
+        let n = 50;
+        for vals in
+            [vec![1i64, -2, 3, -4, 5, -6], vec![1 << 20, -3, 7, 9, -11, 13], vec![1 << 40, 0, 1, 2, 3, 4]]
+        {
+            let w = Weights::from_ring(&vals.iter().map(|&x| x as u64 & mask(n)).collect::<Vec<_>>(), n);
+            let t = w.transposed(2, 3);
+            assert_eq!(format!("{w:?}"), format!("{t:?}"));
+            let (a, b) = (w.ring_words(n), t.ring_words(n));
+            for r in 0..2 {
+                for c in 0..3 {
+                    assert_eq!(b[c * 2 + r], a[r * 3 + c]);
+                }
+            }
+            assert_eq!(t.transposed(3, 2).ring_words(n), a);
+        }
+    }
 
     #[test]
     fn the_narrowest_type_that_holds_every_value() {

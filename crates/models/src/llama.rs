@@ -427,20 +427,15 @@ impl LlamaFixed {
                 }
             })
             .collect();
-        let h = c.hidden;
-        let mut head = vec![0.0; h * c.vocab];
-        for t in 0..c.vocab {
-            for j in 0..h {
-                head[j * c.vocab + t] = w.embed[t * h + j];
-            }
-        }
+        // The LM head is the embedding transposed (`hidden × vocab`), quantized once.
+        let embed = qw(&w.embed);
         LlamaFixed {
             config: c,
             fx,
             layers,
             final_norm: q(&w.final_norm),
-            head: qw(&head),
-            embed: qw(&w.embed),
+            head: embed.transposed(c.vocab, c.hidden),
+            embed,
         }
     }
 
@@ -637,6 +632,24 @@ impl LlamaFixed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The LM head is the quantized embedding, transposed.
+    #[test]
+    fn the_head_is_the_embedding_transposed() {
+        let w = LlamaWeights::random(LlamaConfig::llama_tiny(), 1).unwrap();
+        let fx = Fixed { n: 50, f: 12 };
+        let m = LlamaFixed::new(&w, fx);
+        let (h, vocab) = (w.config.hidden, w.config.vocab);
+        let embed = quantize(&w.embed, fx.f, fx.n);
+        let head = m.head.ring_words(fx.n);
+        assert_eq!(head.len(), h * vocab);
+        for t in 0..vocab {
+            for j in 0..h {
+                assert_eq!(head[j * vocab + t], embed[t * h + j]);
+            }
+        }
+        assert_eq!(m.embed.ring_words(fx.n), &embed[..]);
+    }
 
     #[test]
     fn decoding_with_the_cache_equals_recomputing_the_prefix() {
