@@ -417,8 +417,13 @@ pub(crate) mod stream {
         let (mut s0, mut s1, mut r0, mut r1) = pair(g.n);
         let t = Instant::now();
         let (dealt, runs) = std::thread::scope(|sc| {
-            let dealer =
-                sc.spawn(move || engine::deal_step(g, gates, rng, [&mut s0, &mut s1], carried, progress));
+            let dealer = sc.spawn(move || {
+                let deal = || engine::deal_step(g, gates, rng, [&mut s0, &mut s1], carried, progress);
+                match dealer_pool() {
+                    Some(pool) => pool.install(deal),
+                    None => deal(),
+                }
+            });
             let runs = run_linked_step(g, gates, [&mut r0, &mut r1], inputs, held, link);
             drop((r0, r1));
             (dealer.join().map_err(|_| anyhow::anyhow!("the dealer thread panicked")), runs)
@@ -429,6 +434,37 @@ pub(crate) mod stream {
             (Ok(_), Err(e)) => Err(e),
             (Err(d), Ok(_)) => Err(d.into()),
             (Err(d), Err(e)) => Err(e.context(format!("the dealer: {d}"))),
+        }
+    }
+
+    /// The threads a dealer beside the servers deals on: as many as the machine's cores,
+    /// run only when a core has nothing else to run (Linux's `SCHED_IDLE`). The servers'
+    /// threads exchange a message every round, so a dealer thread that took a core from
+    /// one of them for a time slice stalled both; at the lowest priority it deals while
+    /// the servers wait (for each other, or for its next keys).
+    /// (`None` if its threads could not be started: the dealer then deals on the global pool.)
+    pub(super) fn dealer_pool() -> Option<&'static rayon::ThreadPool> {
+        static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+        POOL.get_or_init(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(std::thread::available_parallelism().map_or(2, |n| n.get()))
+                .thread_name(|i| format!("dealer-{i}"))
+                .start_handler(|_| lowest_priority())
+                .build()
+                .ok()
+        })
+        .as_ref()
+    }
+
+    /// The calling thread runs only when a core is otherwise idle (Linux; elsewhere, and
+    /// if the system refuses, it keeps its priority).
+    #[allow(unsafe_code)]
+    fn lowest_priority() {
+        #[cfg(target_os = "linux")]
+        {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: `param` is a valid `sched_param`; pid 0 is the calling thread.
+            let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
         }
     }
 
@@ -743,4 +779,24 @@ impl NetChoice {
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
+}
+
+#[cfg(test)]
+mod tests {
+    /// The streaming dealer's threads run at the lowest priority (Linux), as many as the
+    /// cores.
+    #[test]
+    #[allow(unsafe_code)]
+    fn the_streaming_dealer_deals_at_the_lowest_priority() {
+        let pool = super::stream::dealer_pool().expect("the dealer's threads start");
+        assert_eq!(pool.current_num_threads(), std::thread::available_parallelism().map_or(2, |n| n.get()));
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: pid 0 is the calling thread.
+            let policies = pool.broadcast(|_| unsafe { libc::sched_getscheduler(0) });
+            assert!(policies.iter().all(|&p| p == libc::SCHED_IDLE), "{policies:?}");
+            // The caller's own thread keeps its priority.
+            assert_ne!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_IDLE);
+        }
+    }
 }
