@@ -62,9 +62,11 @@ impl Weights {
     /// # Panics
     /// If `rows · cols` is not the number of weights.
     pub fn transposed(&self, rows: usize, cols: usize) -> Weights {
-        fn t<T: Copy>(v: &[T], rows: usize, cols: usize) -> Arc<[T]> {
+        fn t<T: Copy + Default>(v: &[T], rows: usize, cols: usize) -> Arc<[T]> {
             assert_eq!(v.len(), rows * cols, "a {rows} × {cols} matrix");
-            (0..rows * cols).map(|k| v[(k % rows) * cols + k / rows]).collect()
+            let mut out = vec![T::default(); v.len()];
+            transpose_into(v, &mut out, rows, cols);
+            out.into()
         }
         match self {
             Weights::I16(v) => Weights::I16(t(v, rows, cols)),
@@ -129,6 +131,22 @@ impl Weights {
     }
 }
 
+/// `out` = the transpose of the row-major `rows × cols` matrix `v`, in tiles (both sides'
+/// cache lines reused: a large matrix read a column at a time misses the cache on every
+/// element).
+pub fn transpose_into<T: Copy>(v: &[T], out: &mut [T], rows: usize, cols: usize) {
+    const TILE: usize = 32;
+    for r0 in (0..rows).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for r in r0..(r0 + TILE).min(rows) {
+                for c in c0..(c0 + TILE).min(cols) {
+                    out[c * rows + r] = v[r * cols + c];
+                }
+            }
+        }
+    }
+}
+
 /// A word of `Z_{2^n}` as a signed value (two's complement in `n` bits).
 pub(crate) fn signed(w: u64, n: u32) -> i64 {
     let w = w & mask(n);
@@ -138,6 +156,21 @@ pub(crate) fn signed(w: u64, n: u32) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Tiles cut at any size: every element lands at its transposed place.
+    #[test]
+    fn tiled_transpose() {
+        for (rows, cols) in [(1, 1), (1, 70), (70, 1), (31, 33), (70, 45), (64, 64)] {
+            let v: Vec<u32> = (0..rows * cols).map(|i| i as u32).collect();
+            let mut t = vec![0; v.len()];
+            transpose_into(&v, &mut t, rows, cols);
+            for r in 0..rows {
+                for c in 0..cols {
+                    assert_eq!(t[c * rows + r], v[r * cols + c], "{rows} × {cols}");
+                }
+            }
+        }
+    }
 
     /// The transpose holds every weight at its transposed place, in the same type.
     #[test]
