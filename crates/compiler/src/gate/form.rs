@@ -171,12 +171,29 @@ pub(super) fn eval_form(
     out.iter_mut().for_each(|a| *a &= m);
 }
 
-/// A public monomial's factors in [`eval_form`]: opened bits read packed, as `(word, mask)`
-/// pairs whose AND must be all ones (a bit's powers are the bit), and columns with their
-/// powers.
+/// The used public monomials' factors in [`eval_form`], all monomials' in two flat lists
+/// (the plan is made per call, for gates of one element too, and a `1/σ` grid's form has
+/// hundreds of monomials: a list of its own per monomial was most of such a call): opened
+/// bits read packed, as `(word, mask)` pairs whose AND must be all ones (a bit's powers are
+/// the bit), and columns with their powers; monomial `c`'s are `bits[at[c].0..at[c + 1].0]`
+/// and `cols[at[c].1..at[c + 1].1]`.
 struct MonoFactors<'a> {
     bits: Vec<(usize, u64)>,
     cols: Vec<(&'a [u64], u8)>,
+    at: Vec<(usize, usize)>,
+}
+
+impl<'a> MonoFactors<'a> {
+    /// Monomials.
+    fn len(&self) -> usize {
+        self.at.len() - 1
+    }
+
+    /// Monomial `c`'s packed bits and columns.
+    fn of(&self, c: usize) -> (&[(usize, u64)], &[(&'a [u64], u8)]) {
+        let ((b0, c0), (b1, c1)) = (self.at[c], self.at[c + 1]);
+        (&self.bits[b0..b1], &self.cols[c0..c1])
+    }
 }
 
 /// [`eval_form`]'s block buffers: the used monomials' and locals' columns (`stride` words
@@ -196,14 +213,16 @@ struct FormPlan<'a> {
     /// Column slot of each public monomial of the program (`usize::MAX`: unused), and the
     /// used ones' factors, by slot.
     slot: Vec<usize>,
-    factors: Vec<MonoFactors<'a>>,
+    factors: MonoFactors<'a>,
     /// The packed opening the monomials read, if any: its words and words per element.
     packed_bits: Option<(&'a [u64], usize)>,
     /// Column slot of each local (`usize::MAX`: unread), and the locals read, by slot.
     lslot: Vec<usize>,
     lused: Vec<usize>,
-    /// Term indices grouped by public monomial (terms without one first), in term order.
-    groups: Vec<(Option<u32>, Vec<usize>)>,
+    /// Term indices grouped by public monomial (terms without one first), in term order:
+    /// group `g` is `(pmono, terms[at..end])` with `(pmono, at, end) = groups[g]`.
+    groups: Vec<(Option<u32>, usize, usize)>,
+    terms: Vec<usize>,
     /// Per group: a monomial with one dealer word and constants (the usual case: the
     /// compiler folds a monomial's dealer terms into one word) takes one fused pass: its
     /// column slot, the word's coefficient and index, and the constants (party 0's).
@@ -222,58 +241,70 @@ impl<'a> FormPlan<'a> {
         let (lslot, lused) = slots(p.locals as usize, locals);
         // Each used monomial's factors; the packed opening they read, if any.
         let mut packed_bits: Option<(&[u64], usize)> = None;
-        let factors: Vec<MonoFactors<'_>> = used
-            .iter()
-            .map(|&i| {
-                let (mut bits, mut cols) = (Vec::<(usize, u64)>::new(), vec![]);
-                for &(s, x) in &p.pmonos[i] {
-                    match pv[s as usize] {
-                        PvCol::Bit { words, zw, w, b } => {
-                            packed_bits = Some((words, zw));
-                            match bits.iter_mut().find(|(w2, _)| *w2 == w) {
-                                Some((_, m)) => *m |= 1 << b,
-                                None => bits.push((w, 1 << b)),
-                            }
+        let mut factors = MonoFactors { bits: vec![], cols: vec![], at: Vec::with_capacity(used.len() + 1) };
+        factors.at.push((0, 0));
+        for &i in &used {
+            let b0 = factors.bits.len();
+            for &(s, x) in &p.pmonos[i] {
+                match pv[s as usize] {
+                    PvCol::Bit { words, zw, w, b } => {
+                        packed_bits = Some((words, zw));
+                        match factors.bits[b0..].iter_mut().find(|(w2, _)| *w2 == w) {
+                            Some((_, m)) => *m |= 1 << b,
+                            None => factors.bits.push((w, 1 << b)),
                         }
-                        PvCol::Col(c) => cols.push((c, x)),
-                        PvCol::None => unreachable!("a form reads only public variables opened before it"),
                     }
+                    PvCol::Col(c) => factors.cols.push((c, x)),
+                    PvCol::None => unreachable!("a form reads only public variables opened before it"),
                 }
-                MonoFactors { bits, cols }
-            })
-            .collect();
+            }
+            factors.at.push((factors.bits.len(), factors.cols.len()));
+        }
         // (Each monomial's group found through its slot: a search of the groups per term
         // was quadratic, and the plan is made per call, for gates of one element too.)
-        let mut groups: Vec<(Option<u32>, Vec<usize>)> = vec![(None, vec![])];
+        // Groups numbered in order of first use, then their terms placed by a counting sort.
+        let mut group_pmono: Vec<Option<u32>> = vec![None];
         let mut group_of = vec![usize::MAX; used.len()];
-        for (ti, t) in f.terms.iter().enumerate() {
-            let g = match t.pmono {
+        let term_group: Vec<usize> = f
+            .terms
+            .iter()
+            .map(|t| match t.pmono {
                 None => 0,
                 Some(i) => {
                     let s = slot[i as usize];
                     if group_of[s] == usize::MAX {
-                        group_of[s] = groups.len();
-                        groups.push((t.pmono, vec![]));
+                        group_of[s] = group_pmono.len();
+                        group_pmono.push(t.pmono);
                     }
                     group_of[s]
                 }
-            };
-            groups[g].1.push(ti);
+            })
+            .collect();
+        let mut start = vec![0usize; group_pmono.len() + 1];
+        term_group.iter().for_each(|&g| start[g + 1] += 1);
+        for g in 0..group_pmono.len() {
+            start[g + 1] += start[g];
+        }
+        let groups: Vec<(Option<u32>, usize, usize)> =
+            group_pmono.iter().enumerate().map(|(g, &pm)| (pm, start[g], start[g + 1])).collect();
+        let mut terms = vec![0usize; f.terms.len()];
+        for (ti, &g) in term_group.iter().enumerate() {
+            terms[start[g]] = ti;
+            start[g] += 1;
         }
         let fused: Vec<_> =
-            groups.iter().map(|(pmono, group)| fuse(f, party0, &slot, *pmono, group)).collect();
+            groups.iter().map(|&(pmono, a, b)| fuse(f, party0, &slot, pmono, &terms[a..b])).collect();
         let mut lone_bit: Vec<Option<u32>> = vec![None; factors.len()];
         if let Some((_, 1)) = packed_bits {
             for &(sl, ..) in fused.iter().flatten() {
-                if let MonoFactors { bits, cols: fc } = &factors[sl]
-                    && let ([(0, m)], []) = (bits.as_slice(), fc.as_slice())
+                if let ([(0, m)], []) = factors.of(sl)
                     && m.count_ones() == 1
                 {
                     lone_bit[sl] = Some(m.trailing_zeros());
                 }
             }
         }
-        FormPlan { party0, slot, factors, packed_bits, lslot, lused, groups, fused, lone_bit }
+        FormPlan { party0, slot, factors, packed_bits, lslot, lused, groups, terms, fused, lone_bit }
     }
 
     /// The used public monomials of elements `range`, a column of `stride` words per slot
@@ -281,12 +312,13 @@ impl<'a> FormPlan<'a> {
     fn monomial_columns(&self, range: Range<usize>, stride: usize, cols: &mut [u64]) {
         let (e0, e1) = (range.start, range.end);
         let w = e1 - e0;
-        for (c, MonoFactors { bits, cols: factors }) in self.factors.iter().enumerate() {
+        for c in 0..self.factors.len() {
             if self.lone_bit[c].is_some() {
                 continue;
             }
+            let (bits, factors) = self.factors.of(c);
             let col = &mut cols[c * stride..c * stride + w];
-            match (bits.as_slice(), self.packed_bits) {
+            match (bits, self.packed_bits) {
                 ([], _) | (_, None) => col.fill(1),
                 (&[(wi, m)], Some((words, zw))) => {
                     let src = &words[e0 * zw..e1 * zw];
@@ -330,7 +362,8 @@ impl<'a> FormPlan<'a> {
         let w = e1 - e0;
         let FormBuffers { stride, cols, lcols, tmp, wbuf } = buf;
         let stride = *stride;
-        for ((pmono, group), fused) in self.groups.iter().zip(&self.fused) {
+        for (&(pmono, a, b), fused) in self.groups.iter().zip(&self.fused) {
+            let group = &self.terms[a..b];
             if let &Some((sl, c, j, konst)) = fused {
                 let v = key.words[j].block(e0..e1, wbuf);
                 if let (Some(b), Some((words, _))) = (self.lone_bit[sl], self.packed_bits) {
@@ -373,7 +406,7 @@ impl<'a> FormPlan<'a> {
                 }
             }
             if let Some(i) = pmono {
-                let c = self.slot[*i as usize];
+                let c = self.slot[i as usize];
                 let col = &cols[c * stride..c * stride + w];
                 for ((a, &v), &pm) in acc.iter_mut().zip(&tmp[..w]).zip(col) {
                     *a = a.wrapping_add(pm.wrapping_mul(v));
