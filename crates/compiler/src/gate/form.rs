@@ -178,10 +178,16 @@ pub(super) fn eval_form(
 /// the bit), and columns with their powers; monomial `c`'s are `bits[at[c].0..at[c + 1].0]`
 /// and `cols[at[c].1..at[c + 1].1]`.
 struct MonoFactors<'a> {
-    bits: Vec<(usize, u64)>,
-    cols: Vec<(&'a [u64], u8)>,
+    bits: Vec<PackedBits>,
+    cols: Vec<PowerCol<'a>>,
     at: Vec<(usize, usize)>,
 }
+
+/// Opened bits of a word of a packed opening: `(word, mask)`.
+type PackedBits = (usize, u64);
+
+/// A public column and its power.
+type PowerCol<'a> = (&'a [u64], u8);
 
 impl<'a> MonoFactors<'a> {
     /// Monomials.
@@ -190,7 +196,7 @@ impl<'a> MonoFactors<'a> {
     }
 
     /// Monomial `c`'s packed bits and columns.
-    fn of(&self, c: usize) -> (&[(usize, u64)], &[(&'a [u64], u8)]) {
+    fn of(&self, c: usize) -> (&[PackedBits], &[PowerCol<'a>]) {
         let ((b0, c0), (b1, c1)) = (self.at[c], self.at[c + 1]);
         (&self.bits[b0..b1], &self.cols[c0..c1])
     }
