@@ -428,7 +428,12 @@ fn generate_all(
     let float_tokens = a.check.then(|| greedy_f64(&m.w, prompt, a.max_new_tokens, m.eos));
     for imp in a.implementation.impls() {
         if !a.json {
-            println!("{name} ({}), prompt of {} tokens:", imp.name(), prompt.len());
+            let keys = match opts.keys {
+                KeysAt::Stream => "keys dealt beside the servers, who share the machine with the dealer",
+                KeysAt::Memory => "keys dealt in memory before each step",
+                KeysAt::Disk(_) => "keys dealt ahead into bundles on disk",
+            };
+            println!("{name} ({}), prompt of {} tokens, {keys}:", imp.name(), prompt.len());
         }
         let s = run_session(m, prompt, a.max_new_tokens, imp, sampling, opts, |r| {
             if !a.json {
