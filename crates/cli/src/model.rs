@@ -437,34 +437,40 @@ pub(crate) mod stream {
         }
     }
 
-    /// The threads a dealer beside the servers deals on: as many as the machine's cores,
-    /// run only when a core has nothing else to run (Linux's `SCHED_IDLE`). The servers'
-    /// threads exchange a message every round, so a dealer thread that took a core from
-    /// one of them for a time slice stalled both; at the lowest priority it deals while
-    /// the servers wait (for each other, or for its next keys).
-    /// (`None` if its threads could not be started: the dealer then deals on the global pool.)
+    /// The threads a dealer beside the servers deals on: as many as the machine's cores, at
+    /// a lower priority than the servers' ([`DEALER_NICE`]). The servers' threads exchange a
+    /// message every round, so a dealer thread that held a core for a time slice stalled
+    /// both; at a lower priority it gives way as soon as a server has work, and deals while
+    /// they wait (for each other, or for its next keys). (`None` if its threads could not be
+    /// started: the dealer then deals on the global pool.)
     pub(super) fn dealer_pool() -> Option<&'static rayon::ThreadPool> {
         static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
         POOL.get_or_init(|| {
             rayon::ThreadPoolBuilder::new()
                 .num_threads(std::thread::available_parallelism().map_or(2, |n| n.get()))
                 .thread_name(|i| format!("dealer-{i}"))
-                .start_handler(|_| lowest_priority())
+                .start_handler(|_| lower_priority())
                 .build()
                 .ok()
         })
         .as_ref()
     }
 
-    /// The calling thread runs only when a core is otherwise idle (Linux; elsewhere, and
-    /// if the system refuses, it keeps its priority).
+    /// How much nicer than the servers the streaming dealer's threads are. Not the lowest
+    /// priority (Linux's `SCHED_IDLE`, which deals only on an idle core): as fast on an idle
+    /// machine (a SmolLM2 decode step 194–205 ms either way), but beside two busy processes
+    /// the dealer then all but stopped (a decode step 39 s, against 1.25 s at nice 10;
+    /// CHANGELOG.md, twentieth session).
+    pub const DEALER_NICE: i32 = 10;
+
+    /// The calling thread [`DEALER_NICE`] nicer (Linux, where a thread has its own nice
+    /// value; elsewhere, and if the system refuses, it keeps its priority).
     #[allow(unsafe_code)]
-    fn lowest_priority() {
+    fn lower_priority() {
         #[cfg(target_os = "linux")]
         {
-            let param = libc::sched_param { sched_priority: 0 };
-            // SAFETY: `param` is a valid `sched_param`; pid 0 is the calling thread.
-            let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+            // SAFETY: `nice` changes only the calling thread's nice value on Linux.
+            let _ = unsafe { libc::nice(DEALER_NICE) };
         }
     }
 
@@ -783,20 +789,21 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    /// The streaming dealer's threads run at the lowest priority (Linux), as many as the
-    /// cores.
+    /// The streaming dealer's threads are `DEALER_NICE` nicer than the caller's (Linux, up
+    /// to the nicest value), as many as the cores; the caller keeps its priority.
     #[test]
     #[allow(unsafe_code)]
-    fn the_streaming_dealer_deals_at_the_lowest_priority() {
+    fn the_streaming_dealer_deals_at_a_lower_priority() {
+        // SAFETY: `getpriority` reads the calling thread's nice value (who = 0).
+        let nice = || unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+        let mine = nice();
         let pool = super::stream::dealer_pool().expect("the dealer's threads start");
         assert_eq!(pool.current_num_threads(), std::thread::available_parallelism().map_or(2, |n| n.get()));
-        #[cfg(target_os = "linux")]
-        {
-            // SAFETY: pid 0 is the calling thread.
-            let policies = pool.broadcast(|_| unsafe { libc::sched_getscheduler(0) });
-            assert!(policies.iter().all(|&p| p == libc::SCHED_IDLE), "{policies:?}");
-            // The caller's own thread keeps its priority.
-            assert_ne!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_IDLE);
+        if cfg!(target_os = "linux") {
+            let theirs = pool.broadcast(|_| nice());
+            let want = (mine + super::stream::DEALER_NICE).min(19);
+            assert!(theirs.iter().all(|&p| p == want), "{theirs:?}, want {want}");
+            assert_eq!(nice(), mine);
         }
     }
 }
