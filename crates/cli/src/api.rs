@@ -33,7 +33,7 @@ use service::Shape;
 use crate::bench::model::ModelBenchArgs;
 use crate::bench::ops::OpsBenchArgs;
 use crate::generate::{SessionOpts, run_session_until};
-use crate::model::{KeysAt, Link};
+use crate::model::{KeysAsked, KeysAt, KeysDefault, Link};
 
 /// The costs of a secure run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -533,15 +533,13 @@ impl Model {
             "keys are streamed, in memory or in a folder: choose one"
         );
         // Streamed unless asked otherwise, as `fusefss generate`.
-        let (keys, temp) = match &o.keys_dir {
-            _ if o.keys_in_memory => (KeysAt::Memory, None),
-            Some(d) => (KeysAt::Disk(d.clone()), None),
-            None if o.keys_on_disk => {
-                let d = temp_keys_dir("generate");
-                (KeysAt::Disk(d.clone()), Some(d))
-            }
-            None => (KeysAt::Stream, None),
+        let asked = KeysAsked {
+            in_memory: o.keys_in_memory,
+            streamed: o.keys_streamed,
+            on_disk: o.keys_on_disk,
+            dir: o.keys_dir.as_deref(),
         };
+        let (keys, temp) = asked.resolve(KeysDefault::Stream, || temp_keys_dir("generate"));
         let opts = SessionOpts { link: Link::default(), keys, stop_at_eos: true };
         let result = run_session_until(m, &ids, o.max_new_tokens, self.imp, sampling, &opts, |r| {
             each(Token {

@@ -140,17 +140,44 @@ impl KeysArgs {
     /// Where the keys go, `default` unless an option says, and the folder to remove at the
     /// end (if one was made here).
     pub fn resolve_or(&self, default: KeysDefault) -> (KeysAt, Option<std::path::PathBuf>) {
-        if self.keys_in_memory {
+        let asked = KeysAsked {
+            in_memory: self.keys_in_memory,
+            streamed: self.keys_streamed,
+            on_disk: self.keys_on_disk,
+            dir: self.keys_dir.as_deref(),
+        };
+        asked.resolve(default, || std::env::temp_dir().join(format!("fusefss-keys-{}", std::process::id())))
+    }
+}
+
+/// The places for the keys a caller asked for (at most one: clap's conflicts, or the API's
+/// check); `dir` means on disk.
+pub struct KeysAsked<'a> {
+    pub in_memory: bool,
+    pub streamed: bool,
+    pub on_disk: bool,
+    pub dir: Option<&'a std::path::Path>,
+}
+
+impl KeysAsked<'_> {
+    /// Where the keys go, `default` unless asked, and the folder to remove at the end (a
+    /// fresh one from `temp` for bundles on disk without a folder).
+    pub fn resolve(
+        &self,
+        default: KeysDefault,
+        temp: impl FnOnce() -> std::path::PathBuf,
+    ) -> (KeysAt, Option<std::path::PathBuf>) {
+        if self.in_memory {
             return (KeysAt::Memory, None);
         }
-        let on_disk = self.keys_on_disk || self.keys_dir.is_some();
-        if self.keys_streamed || (!on_disk && default == KeysDefault::Stream) {
+        let on_disk = self.on_disk || self.dir.is_some();
+        if self.streamed || (!on_disk && default == KeysDefault::Stream) {
             return (KeysAt::Stream, None);
         }
-        match &self.keys_dir {
-            Some(d) => (KeysAt::Disk(d.clone()), None),
+        match self.dir {
+            Some(d) => (KeysAt::Disk(d.to_path_buf()), None),
             None => {
-                let d = std::env::temp_dir().join(format!("fusefss-keys-{}", std::process::id()));
+                let d = temp();
                 (KeysAt::Disk(d.clone()), Some(d))
             }
         }

@@ -16,10 +16,13 @@ pub fn quantize(v: &[f64], scale: u32, n: u32) -> Arc<[u64]> {
 
 /// Weights quantized at scale `2^scale` in `Z_{2^n}`, held in the narrowest type
 /// ([`Weights::from_ring`]).
+///
+/// # Panics
+/// If `n` is not in `1..=64`.
 pub fn quantize_weights(v: &[f64], scale: u32, n: u32) -> Weights {
     // As `Weights::from_ring(&quantize(v, scale, n), n)`, without the ring words in between.
-    let s = (scale as f64).exp2();
-    Weights::from_signed(n, v.len(), |i| crate::weights::signed((v[i] * s).round() as i64 as u64, n))
+    let (s, ring) = ((scale as f64).exp2(), crate::weights::ring_of(n));
+    Weights::from_signed(n, v.len(), |i| ring.to_signed((v[i] * s).round() as i64 as u64))
 }
 
 /// A ring element at scale `2^scale` as a real (two's complement).

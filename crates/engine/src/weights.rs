@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use fss::ring::mask;
-use gates::linalg::WeightSlice;
+use gates::linalg::{WeightSlice, transpose_into};
 
 /// A public weight matrix (row-major), shared by every program that reads it.
 #[derive(Clone)]
@@ -33,8 +33,12 @@ impl fmt::Debug for Weights {
 impl Weights {
     /// The weights whose ring values (two's complement in `n` bits) are `words`, in the
     /// narrowest type that holds them all.
+    ///
+    /// # Panics
+    /// If `n` is not in `1..=64`.
     pub fn from_ring(words: &[u64], n: u32) -> Weights {
-        Weights::from_signed(n, words.len(), |i| signed(words[i], n))
+        let ring = ring_of(n);
+        Weights::from_signed(n, words.len(), |i| ring.to_signed(words[i]))
     }
 
     /// The `len` weights whose values (each in `[−2^{n−1}, 2^{n−1})`) are `value(0..len)`,
@@ -131,46 +135,17 @@ impl Weights {
     }
 }
 
-/// `out` = the transpose of the row-major `rows × cols` matrix `v`, in tiles (both sides'
-/// cache lines reused: a large matrix read a column at a time misses the cache on every
-/// element).
-pub fn transpose_into<T: Copy>(v: &[T], out: &mut [T], rows: usize, cols: usize) {
-    const TILE: usize = 32;
-    for r0 in (0..rows).step_by(TILE) {
-        for c0 in (0..cols).step_by(TILE) {
-            for r in r0..(r0 + TILE).min(rows) {
-                for c in c0..(c0 + TILE).min(cols) {
-                    out[c * rows + r] = v[r * cols + c];
-                }
-            }
-        }
-    }
-}
-
-/// A word of `Z_{2^n}` as a signed value (two's complement in `n` bits).
-pub(crate) fn signed(w: u64, n: u32) -> i64 {
-    let w = w & mask(n);
-    if n < 64 && w >> (n - 1) == 1 { w as i64 - (1i64 << n) } else { w as i64 }
+/// The ring `Z_{2^n}` of a model's weights.
+///
+/// # Panics
+/// If `n` is not in `1..=64` (a model's ring width is checked when its graph is made).
+pub(crate) fn ring_of(n: u32) -> fss::Ring {
+    fss::Ring::new(n).expect("a ring of 1..=64 bits")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Tiles cut at any size: every element lands at its transposed place.
-    #[test]
-    fn tiled_transpose() {
-        for (rows, cols) in [(1, 1), (1, 70), (70, 1), (31, 33), (70, 45), (64, 64)] {
-            let v: Vec<u32> = (0..rows * cols).map(|i| i as u32).collect();
-            let mut t = vec![0; v.len()];
-            transpose_into(&v, &mut t, rows, cols);
-            for r in 0..rows {
-                for c in 0..cols {
-                    assert_eq!(t[c * rows + r], v[r * cols + c], "{rows} × {cols}");
-                }
-            }
-        }
-    }
 
     /// The transpose holds every weight at its transposed place, in the same type.
     #[test]

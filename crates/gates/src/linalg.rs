@@ -288,17 +288,44 @@ pub fn matmul_bt(a: &[u64], b: &[u64], m: usize, k: usize, n: usize) -> Vec<u64>
 /// The transpose of a `rows × cols` matrix.
 pub fn transpose(a: &[u64], rows: usize, cols: usize) -> Vec<u64> {
     let mut t = vec![0u64; a.len()];
-    for i in 0..rows {
-        for j in 0..cols {
-            t[j * rows + i] = a[i * cols + j];
+    transpose_into(a, &mut t, rows, cols);
+    t
+}
+
+/// `out` = the transpose of the row-major `rows × cols` matrix `v`, in tiles (both sides'
+/// cache lines reused: a large matrix read a column at a time misses the cache on every
+/// element).
+pub fn transpose_into<T: Copy>(v: &[T], out: &mut [T], rows: usize, cols: usize) {
+    const TILE: usize = 32;
+    for r0 in (0..rows).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for r in r0..(r0 + TILE).min(rows) {
+                for c in c0..(c0 + TILE).min(cols) {
+                    out[c * rows + r] = v[r * cols + c];
+                }
+            }
         }
     }
-    t
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Tiles cut at any size: every element lands at its transposed place.
+    #[test]
+    fn tiled_transpose() {
+        for (rows, cols) in [(1, 1), (1, 70), (70, 1), (31, 33), (70, 45), (64, 64)] {
+            let v: Vec<u32> = (0..rows * cols).map(|i| i as u32).collect();
+            let mut t = vec![0; v.len()];
+            transpose_into(&v, &mut t, rows, cols);
+            for r in 0..rows {
+                for c in 0..cols {
+                    assert_eq!(t[c * rows + r], v[r * cols + c], "{rows} × {cols}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn matches_the_naive_product() {

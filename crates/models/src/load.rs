@@ -175,7 +175,7 @@ impl<'a> Tensors<'a> {
 /// The transpose of a row-major `rows × cols` matrix.
 fn transpose(m: &[f64], rows: usize, cols: usize) -> Vec<f64> {
     let mut t = vec![0.0; m.len()];
-    engine::weights::transpose_into(m, &mut t, rows, cols);
+    gates::linalg::transpose_into(m, &mut t, rows, cols);
     t
 }
 
