@@ -9,7 +9,7 @@
 use fss::DecodeError;
 use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
-use fss::rng::SplitRng;
+use fss::rng::{Split, SplitRng};
 
 /// Shares of one dealer word, element by element (`len` of them), in the narrowest class
 /// that holds its width. (No `Debug`: it is key material.)
@@ -21,6 +21,10 @@ pub(crate) enum WordColumn {
     Narrow(Vec<u32>),
     /// Width 33..=64.
     Wide(Vec<u64>),
+    /// Every element 0, of any width: the first party's share where the seeded encoding
+    /// splits the words ([`Split::Resplit`](fss::rng::Split)), which is never stored as it
+    /// is (nothing allocated, written or subtracted for it).
+    Zero,
 }
 
 impl WordColumn {
@@ -43,12 +47,30 @@ impl WordColumn {
     }
 
     /// Both parties' additive shares of `values` (each already below `2^width`) mod
-    /// `2^width`, split as `rng` says ([`Split`]), each in the class of `width`. The random
-    /// shares are drawn at the class's width: a generator word gives 64 one-bit shares or
-    /// two narrow ones (a word per element and a repacking pass cost the dealer ~a quarter
-    /// of a compiled gate's key generation).
+    /// `2^width`, split as `rng` says ([`Split`]), each in the class of `width`: the first
+    /// drawn ([`WordColumn::draw`]), the second the difference
+    /// ([`WordColumn::push_difference`]).
+    ///
+    /// [`Split`]: fss::rng::Split
+    #[cfg(test)]
     pub(crate) fn share<R: SplitRng + ?Sized>(rng: &mut R, values: &[u64], width: u32) -> [WordColumn; 2] {
-        let len = values.len();
+        let a = WordColumn::draw(rng, values.len(), width);
+        let mut b = WordColumn::with_capacity(values.len(), width);
+        b.push_difference(&a, 0, &mut values.to_vec(), width);
+        [a, b]
+    }
+
+    /// The first party's share of `len` values of `width` bits: uniform words from `rng`,
+    /// or zeros where the seeded encoding splits them ([`split_draws`]). The random shares
+    /// are drawn at the class's width: a generator word gives 64 one-bit shares or two
+    /// narrow ones (a word per element and a repacking pass cost the dealer ~a quarter of a
+    /// compiled gate's key generation).
+    ///
+    /// [`split_draws`]: gates::dealer::split_draws
+    pub(crate) fn draw<R: SplitRng + ?Sized>(rng: &mut R, len: usize, width: u32) -> WordColumn {
+        if rng.split() == Split::Resplit {
+            return WordColumn::Zero;
+        }
         let m = mask(width);
         // Generator words per class: a bit, half a word or a word per element.
         let words = match width {
@@ -60,35 +82,81 @@ impl WordColumn {
         if width > 0 {
             gates::dealer::split_draws(rng, &mut r);
         }
-        let out = match width {
+        if rng.split() != Split::Random {
+            // (Drawn and discarded, [`Split::ResplitDrawing`].)
+            return WordColumn::Zero;
+        }
+        match width {
             0 | 1 => {
                 if let Some(last) = r.last_mut().filter(|_| !len.is_multiple_of(64)) {
                     *last &= mask((len % 64) as u32);
                 }
-                let mut b = r.clone();
-                for (e, &v) in values.iter().enumerate() {
-                    b[e / 64] ^= (v & m & 1) << (e % 64);
-                }
-                [WordColumn::Bits(std::mem::take(&mut r)), WordColumn::Bits(b)]
+                WordColumn::Bits(r)
             }
             2..=32 => {
-                let a: Vec<u32> = r
+                let a = r
                     .iter()
                     .flat_map(|&w| [w as u32, (w >> 32) as u32])
                     .take(len)
                     .map(|x| x & m as u32)
                     .collect();
-                let b = values.iter().zip(&a).map(|(&v, &x)| (v.wrapping_sub(x as u64) & m) as u32).collect();
-                [WordColumn::Narrow(a), WordColumn::Narrow(b)]
+                fss::wipe::wipe(&mut r);
+                WordColumn::Narrow(a)
             }
             _ => {
                 r.iter_mut().for_each(|x| *x &= m);
-                let b = values.iter().zip(&r).map(|(&v, &x)| v.wrapping_sub(x) & m).collect();
-                [WordColumn::Wide(std::mem::take(&mut r)), WordColumn::Wide(b)]
+                WordColumn::Wide(r)
             }
-        };
-        fss::wipe::wipe(&mut r);
-        out
+        }
+    }
+
+    /// An empty column of the class of `width`, with room for `len` elements.
+    pub(crate) fn with_capacity(len: usize, width: u32) -> WordColumn {
+        match width {
+            0 | 1 => WordColumn::Bits(Vec::with_capacity(len.div_ceil(64))),
+            2..=32 => WordColumn::Narrow(Vec::with_capacity(len)),
+            _ => WordColumn::Wide(Vec::with_capacity(len)),
+        }
+    }
+
+    /// Append elements `at..at + values.len()` of the second share: `values` (each already
+    /// below `2^width`) minus `first`'s elements mod `2^width` (XOR for one bit), computed
+    /// in place in `values`. The column holds `at` elements before, `at` a multiple of 64
+    /// for a one-bit column, and `first` is of the same class.
+    pub(crate) fn push_difference(&mut self, first: &WordColumn, at: usize, values: &mut [u64], width: u32) {
+        let m = mask(width);
+        let e = at..at + values.len();
+        match (self, first) {
+            (WordColumn::Bits(b), WordColumn::Bits(a)) => {
+                debug_assert!(at.is_multiple_of(64) && b.len() == at / 64);
+                for (chunk, &x) in values.chunks(64).zip(&a[at / 64..]) {
+                    let bits =
+                        chunk.iter().enumerate().map(|(q, &v)| (v & m & 1) << q).fold(0, |acc, v| acc | v);
+                    b.push(x ^ bits);
+                }
+            }
+            (WordColumn::Narrow(b), WordColumn::Narrow(a)) => {
+                debug_assert_eq!(b.len(), at);
+                values.iter_mut().zip(&a[e]).for_each(|(v, &x)| *v = v.wrapping_sub(x as u64) & m);
+                b.extend(values.iter().map(|&v| v as u32));
+            }
+            (WordColumn::Wide(b), WordColumn::Wide(a)) => {
+                debug_assert_eq!(b.len(), at);
+                values.iter_mut().zip(&a[e]).for_each(|(v, &x)| *v = v.wrapping_sub(x) & m);
+                b.extend_from_slice(values);
+            }
+            (WordColumn::Bits(b), WordColumn::Zero) => {
+                debug_assert!(at.is_multiple_of(64) && b.len() == at / 64);
+                b.extend(
+                    values
+                        .chunks(64)
+                        .map(|c| c.iter().enumerate().fold(0, |acc, (q, &v)| acc | (v & m & 1) << q)),
+                );
+            }
+            (WordColumn::Narrow(b), WordColumn::Zero) => b.extend(values.iter().map(|&v| (v & m) as u32)),
+            (WordColumn::Wide(b), WordColumn::Zero) => b.extend(values.iter().map(|&v| v & m)),
+            _ => unreachable!("both shares of a word are of its width's class"),
+        }
     }
 
     /// Read `len` words of `width` bits (the stored layout: `width` bits per element).
@@ -117,6 +185,8 @@ impl WordColumn {
             WordColumn::Bits(v) => w.put_share_bits(len, v),
             WordColumn::Narrow(v) => w.put_share_run(width, len, |e| v[e] as u64),
             WordColumn::Wide(v) => w.put_share_run(width, len, |e| v[e]),
+            WordColumn::Zero if width <= 1 => w.put_share_bits(len, &vec![0; len.div_ceil(64)]),
+            WordColumn::Zero => w.put_share_run(width, len, |_| 0),
         }
     }
 
@@ -136,6 +206,10 @@ impl WordColumn {
                     let e = r.start + i;
                     *b = (v[e / 64] >> (e % 64)) & 1;
                 }
+                &buf[..n]
+            }
+            WordColumn::Zero => {
+                buf[..n].fill(0);
                 &buf[..n]
             }
         }
@@ -162,6 +236,7 @@ impl WordColumn {
                 out.iter_mut().zip(&v[..len]).for_each(|(d, &x)| *d ^= (x as u64 & 1) << shift)
             }
             WordColumn::Wide(v) => out.iter_mut().zip(&v[..len]).for_each(|(d, &x)| *d ^= (x & 1) << shift),
+            WordColumn::Zero => {}
         }
     }
 
@@ -172,6 +247,7 @@ impl WordColumn {
             WordColumn::Bits(v) => (0..len).for_each(|e| f(e, (v[e / 64] >> (e % 64)) & 1)),
             WordColumn::Narrow(v) => v[..len].iter().enumerate().for_each(|(e, &x)| f(e, x as u64 & 1)),
             WordColumn::Wide(v) => v[..len].iter().enumerate().for_each(|(e, &x)| f(e, x & 1)),
+            WordColumn::Zero => (0..len).for_each(|e| f(e, 0)),
         }
     }
 
@@ -180,6 +256,7 @@ impl WordColumn {
         match self {
             WordColumn::Bits(v) | WordColumn::Wide(v) => fss::wipe::wipe(v),
             WordColumn::Narrow(v) => fss::wipe::wipe(v),
+            WordColumn::Zero => {}
         }
     }
 }
@@ -199,7 +276,8 @@ mod tests {
     /// Shares add up to the values mod `2^width` in every class and length (padding bits of
     /// a one-bit column clear); a random split draws a bit, half a word or a word of the
     /// generator per element and its first share is not the zero column; a resplit is
-    /// `(0, v)`, drawing as much as the random split or nothing.
+    /// `(0, v)` with the first share [`WordColumn::Zero`], drawing as much as the random
+    /// split or nothing.
     #[test]
     fn shares_add_up_in_every_class() {
         for width in [0u32, 1, 2, 17, 32, 33, 37, 64] {
@@ -224,7 +302,9 @@ mod tests {
                     let at = format!("width {width} len {len} {split:?}");
                     assert_eq!(sum, values, "{at}");
                     assert!(wa.iter().chain(&wb).all(|&x| x & !m == 0), "{at}");
-                    for c in [&a, &b] {
+                    // A resplit's first share is the zero column, of no class.
+                    assert_eq!(matches!(a, WordColumn::Zero), split != Split::Random, "{at}");
+                    for c in [&a, &b].into_iter().filter(|c| !matches!(c, WordColumn::Zero)) {
                         let class = matches!(
                             (c, width),
                             (WordColumn::Bits(_), 0..=1)
@@ -244,6 +324,31 @@ mod tests {
                     }
                     let drew = split != Split::Resplit || draws == 0;
                     assert_eq!(rng.next_u64() == after, drew, "{at}");
+                }
+            }
+        }
+    }
+
+    /// A second share pushed chunk by chunk (chunks of 64 and 192 elements, a short last
+    /// one) is the one pushed at once, in every class.
+    #[test]
+    fn a_difference_pushed_in_chunks_is_the_whole() {
+        for width in [1u32, 2, 17, 32, 33, 37, 64] {
+            for len in [1usize, 64, 65, 200, 1000] {
+                let m = mask(width);
+                let values: Vec<u64> = (0..len as u64)
+                    .map(|e| e.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(7) & m)
+                    .collect();
+                let first = WordColumn::draw(&mut DealerRng::seed_from_u64(8), len, width);
+                let mut whole = WordColumn::with_capacity(len, width);
+                whole.push_difference(&first, 0, &mut values.clone(), width);
+                for chunk in [64usize, 192] {
+                    let mut parts = WordColumn::with_capacity(len, width);
+                    for at in (0..len).step_by(chunk) {
+                        let end = (at + chunk).min(len);
+                        parts.push_difference(&first, at, &mut values[at..end].to_vec(), width);
+                    }
+                    assert!(parts == whole, "width {width} len {len} chunk {chunk}");
                 }
             }
         }
@@ -286,6 +391,20 @@ mod tests {
                 assert_eq!(shifted[e], 1 ^ (values[e] & 1) << 5, "width {width} e {e}");
                 assert_eq!(seen[e], (e, values[e] & 1));
             }
+            // The zero column reads as, and writes the bytes of, zeros of the class.
+            let zeros = WordColumn::new(vec![0; len], width);
+            let mut wz = BitWriter::new();
+            WordColumn::Zero.write(&mut wz, len, width);
+            let mut wc = BitWriter::new();
+            zeros.write(&mut wc, len, width);
+            assert_eq!(wz.finish(), wc.finish(), "width {width}");
+            assert_eq!(WordColumn::Zero.block(3..130, &mut buf), &[0; 127][..]);
+            let mut low = vec![1u64; len];
+            WordColumn::Zero.xor_low_bits_shifted(&mut low, 5);
+            assert!(low.iter().all(|&x| x == 1));
+            let mut count = 0;
+            WordColumn::Zero.each_low_bit(len, |e, bit| count += usize::from(bit == 0 && e < len));
+            assert_eq!(count, len);
             // A short stream is an error, not a panic.
             let short = &bytes[..bytes.len() - 1];
             assert!(WordColumn::read(&mut BitReader::new(short), len, width).is_err() || width == 0);

@@ -11,9 +11,9 @@ use gates::dealer::{random_bits, random_words, share, share_bits};
 use super::check;
 use super::key::{CompiledKey, dcf_params, family_params, masked_bit_masks};
 use super::plan::GateRef;
+use super::words::{Secrets, deal_words};
 use crate::program::{CmpBackend, LookupPlan, Program, TablePlan, shift_poly, table_params};
 use crate::spec::{BoolExpr, word};
-use crate::sym::SVar;
 use crate::word_column::WordColumn;
 
 /// Both parties' keys of `g` for input masks `r` and output masks `rout` (output-major).
@@ -38,7 +38,7 @@ pub(super) fn deal<R: SplitRng + ?Sized>(
     let u: Vec<Vec<u64>> = (0..nb).map(|_| random_words(rng, len, l)).collect();
     let kappa: Vec<u64> = p.spec.kappa.iter().map(|&k| word(k, l)).collect();
     let secrets = Secrets { r, z: &z, u: &u, kappa: &kappa };
-    let [w0, w1] = dealer_words(p, len, &secrets, rout, rng)?;
+    let [w0, w1] = deal_words(p, &g.plan.words, len, &secrets, rout, rng)?;
     let [t0, t1] = match &p.lookup {
         LookupPlan::Table(t) => {
             let alphas: Vec<u64> = (0..len).map(|e| table_point(n, t, r[e], &z, e)).collect();
@@ -108,92 +108,6 @@ fn comparison_keys<R: SplitRng + ?Sized>(
         }
     }
     Ok((keys, carries))
-}
-
-/// The dealer's secrets that dealer words are polynomials in, per element.
-struct Secrets<'a> {
-    /// Input masks.
-    r: &'a [u64],
-    /// Masks of the opened bits.
-    z: &'a [Vec<bool>],
-    /// Masks of the Beaver products.
-    u: &'a [Vec<u64>],
-    /// The spec's secret constants.
-    kappa: &'a [u64],
-}
-
-impl Secrets<'_> {
-    /// `t[q] ← t[q] · v_e^exp` for variable `v` of the elements `e = at + q` (column by
-    /// column, so that the loops vectorise: the dealer's words are evaluated for a chunk of
-    /// a gate's elements at once).
-    fn multiply(&self, t: &mut [u64], at: usize, v: SVar, exp: u32) -> Result<(), GateError> {
-        if exp == 0 {
-            return Ok(());
-        }
-        let pow = |x: u64| if exp == 1 { x } else { x.wrapping_pow(exp) };
-        let e = at..at + t.len();
-        match v {
-            SVar::Z(j) => {
-                let z = &self.z[j as usize][e];
-                // A bit's power is the bit.
-                t.iter_mut().zip(z).for_each(|(a, &b)| *a = if b { *a } else { 0 });
-            }
-            SVar::R => t.iter_mut().zip(&self.r[e]).for_each(|(a, &x)| *a = a.wrapping_mul(pow(x))),
-            SVar::RShr(f) => {
-                t.iter_mut().zip(&self.r[e]).for_each(|(a, &x)| *a = a.wrapping_mul(pow(x >> f)))
-            }
-            SVar::Kappa(k) => {
-                let c = pow(self.kappa[k as usize]);
-                t.iter_mut().for_each(|a| *a = a.wrapping_mul(c));
-            }
-            SVar::Beaver(i) => {
-                t.iter_mut().zip(&self.u[i as usize][e]).for_each(|(a, &x)| *a = a.wrapping_mul(pow(x)))
-            }
-            SVar::Local(_) => return Err(GateError::Params("a dealer word uses a local share".into())),
-        }
-        Ok(())
-    }
-}
-
-/// Both parties' shares of every dealer word of `p` for `len` elements (plus its output
-/// mask from `rout`, where it carries one).
-fn dealer_words<R: SplitRng + ?Sized>(
-    p: &Program,
-    len: usize,
-    s: &Secrets<'_>,
-    rout: &[u64],
-    rng: &mut R,
-) -> Result<[Vec<WordColumn>; 2], GateError> {
-    /// Elements per chunk: a monomial's running product stays in L1.
-    const CHUNK: usize = 512;
-    let mut words = [Vec::new(), Vec::new()];
-    let mut vals = vec![0u64; len];
-    let mut term = [0u64; CHUNK];
-    for w in &p.words {
-        match w.out_mask {
-            Some(o) => vals.copy_from_slice(&rout[o * len..(o + 1) * len]),
-            None => vals.fill(0),
-        }
-        // Chunk by chunk, monomial by monomial over the chunk's elements.
-        for (i, v) in vals.chunks_mut(CHUNK).enumerate() {
-            let (at, term) = (i * CHUNK, &mut term[..v.len()]);
-            for (c, mono) in &w.value {
-                term.fill(*c);
-                for &(var, exp) in mono {
-                    s.multiply(term, at, var, exp as u32)?;
-                }
-                v.iter_mut().zip(term.iter()).for_each(|(v, t)| *v = v.wrapping_add(*t));
-            }
-        }
-        let m = mask(w.bits) & mask(w.width);
-        vals.iter_mut().for_each(|v| *v &= m);
-        let [a, b] = WordColumn::share(rng, &vals, w.width);
-        words[0].push(a);
-        words[1].push(b);
-    }
-    fss::wipe::wipe(&mut vals);
-    zeroize::Zeroize::zeroize(&mut term);
-    Ok(words)
 }
 
 /// The point of element `e`'s table DPF (input width `n`): the index mask, or (carry mask,

@@ -6,6 +6,7 @@
 //!
 //! | module | what |
 //! |---|---|
+//! | `words` | the dealer words as sums over their distinct monomials, a chunk of elements at a time |
 //! | `plan` | the evaluation plan a program's gates share (dense runs, parity tables), cached per program |
 //! | `key` | [`CompiledKey`] and [`CompiledShape`]: a party's key, its parts and its encoding |
 //! | `deal` | the dealer: comparison keys, dealer words, lookup keys |
@@ -33,6 +34,7 @@ mod key;
 mod lookup;
 mod plan;
 mod run;
+mod words;
 
 pub use key::{CompiledKey, CompiledShape};
 use plan::{EvalPlan, GateRef, plan_of};

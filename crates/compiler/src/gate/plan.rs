@@ -16,6 +16,7 @@ use std::sync::Arc;
 use fss::bitdpf;
 use fss::ring::mask;
 
+use super::words::WordPlan;
 use crate::parity::{ParityTable, words_for};
 use crate::predicate::{Family, LinBit, Term};
 use crate::program::{CmpBackend, Form, LookupPlan, Program, Src};
@@ -186,6 +187,8 @@ pub(super) struct EvalPlan {
     pub(super) packed_leaves: bool,
     /// Whether the first exchange is opened packed ([`packed_first_exchange`]).
     pub(super) packed_first: bool,
+    /// The dealer words as sums over their distinct monomials (the dealer's part).
+    pub(super) words: WordPlan,
 }
 
 /// Whether `f` is a one-bit form without public factors (a masked bit: a leaf, its mask's
@@ -361,6 +364,7 @@ impl EvalPlan {
             run_tables,
             packed_leaves: packed_leaves(p),
             packed_first: packed_first_exchange(p),
+            words: WordPlan::new(p),
         }
     }
 }
