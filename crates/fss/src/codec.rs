@@ -27,12 +27,13 @@
 //! has forbidden values; it never panics.
 
 use crate::error::DecodeError;
-use crate::fields::read_fields;
+use crate::fields::{Pack64, read_fields};
 use crate::pad::{PadStream, RootStream};
 use crate::ring::mask;
 use crate::share::Party;
 use crate::words::{KeyBuffer, SharedWords, Words};
 use std::sync::Arc;
+use zeroize::Zeroize;
 
 /// Share words a split writer handles at a time ([`BitWriter::put_share_run`]).
 const SPLIT_CHUNK: usize = 1024;
@@ -561,19 +562,53 @@ impl BitWriter {
             self.pending = (end % 64) as u32;
             return;
         }
+        if bits == 64 {
+            return self.put_u64_run(count, word);
+        }
         // (Short runs field by field: a block costs its setup.)
         if bits == 0 || count * (bits as usize) < 1024 {
             return (0..count).for_each(|i| self.put(word(i), bits));
         }
         self.buf.reserve((count as u64 * bits as u64).div_ceil(8) as usize + 8);
         let m = mask(bits);
-        // A register holds the bits of the word being filled (`fill < 64` of them); a field
-        // that completes it spills its high bits into the next. Completed words are
-        // appended 64 at a time.
+        // A register holds the bits of the word being filled (`fill < 64` of them). Blocks
+        // of 64 fields are packed into `bits` words ([`Pack64`]), which go after the
+        // register's bits; the rest field by field, a field that completes the word
+        // spilling its high bits into the next. Completed words are appended 64 at a time.
         let (mut acc, mut fill) = (self.acc as u64, self.pending);
         let mut done = [0u64; 64];
         let mut n = 0;
-        for i in 0..count {
+        let blocks = count / 64;
+        if blocks > 0 {
+            let packer = Pack64::new(bits);
+            let b = bits as usize;
+            // (Packed words are staged and appended some blocks at a time.)
+            let (mut fields, mut packed, mut stage) = ([0u64; 64], [0u64; 64], [0u64; 512]);
+            for k in 0..blocks {
+                fields.iter_mut().enumerate().for_each(|(q, f)| *f = word(64 * k + q) & m);
+                if fill == 0 {
+                    let to: &mut [u64; 64] = (&mut stage[n..n + 64]).try_into().expect("64 words");
+                    packer.pack(&fields, to);
+                } else {
+                    packer.pack(&fields, &mut packed);
+                    for (d, &w) in stage[n..n + b].iter_mut().zip(&packed[..b]) {
+                        *d = acc | w << fill;
+                        acc = w >> (64 - fill);
+                    }
+                }
+                n += b;
+                if n + 64 > stage.len() {
+                    append_words(&mut self.buf, &stage[..n]);
+                    n = 0;
+                }
+            }
+            append_words(&mut self.buf, &stage[..n]);
+            n = 0;
+            fields.zeroize();
+            packed.zeroize();
+            stage.zeroize();
+        }
+        for i in 64 * blocks..count {
             let v = word(i) & m;
             acc |= v << fill;
             let end = fill + bits;
@@ -771,6 +806,9 @@ impl BitWriter {
                         region.chunks_exact(8).zip(words).all(|(b, w)| b == w.to_le_bytes()),
                         "the filled side region holds these side words"
                     );
+                } else if cfg!(target_endian = "little") {
+                    // (One copy: the words' bytes are their little-endian encoding.)
+                    region.copy_from_slice(bytemuck::cast_slice(words));
                 } else {
                     for (b, w) in region.chunks_exact_mut(8).zip(words) {
                         b.copy_from_slice(&w.to_le_bytes());
@@ -778,12 +816,7 @@ impl BitWriter {
                 }
                 *at += 8 * count;
             }
-            SideSink::Append => {
-                self.buf.reserve(8 * count);
-                for w in words {
-                    self.buf.extend_from_slice(&w.to_le_bytes());
-                }
-            }
+            SideSink::Append => append_words(&mut self.buf, words),
         }
         self.side_bits += 64 * count as u64;
     }
@@ -1389,7 +1422,7 @@ mod tests {
         let mut rng = DealerRng::seed_from_u64(8);
         // Each run behind a prefix of every length mod 64, so every accumulator state occurs.
         for lead in 0..70u32 {
-            for bits in [1u32, 13, 37, 50, 64] {
+            for bits in [1u32, 2, 7, 8, 9, 13, 32, 33, 37, 50, 57, 58, 63, 64] {
                 // Short runs, and for some leads runs across the bulk writer's blocks
                 // (4,096 bits) and the split writer's chunks (1,024 words).
                 let long = if lead % 5 == 2 { 4_000 } else { 0 };

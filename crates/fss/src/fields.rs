@@ -1,5 +1,5 @@
 //! Runs of bit fields read in bulk from a little-endian bit string (the layout of
-//! [`crate::codec`] and of [`crate::pad`]).
+//! [`crate::codec`] and of [`crate::pad`]), and packed into one in blocks of 64.
 
 use crate::ring::mask;
 
@@ -152,6 +152,141 @@ mod unpack8 {
     }
 }
 
+/// Packs blocks of 64 fields of one width into that many 64-bit words.
+pub(crate) struct Pack64 {
+    bits: u32,
+    eight: Option<pack8::Pack8>,
+}
+
+impl Pack64 {
+    /// A packer of fields of `bits` (1..=64) bits.
+    pub(crate) fn new(bits: u32) -> Pack64 {
+        debug_assert!((1..=64).contains(&bits));
+        Pack64 { bits, eight: pack8::Pack8::new(bits) }
+    }
+
+    /// The 64 fields `v` (each below `2^bits`) as a little-endian bit string, field `i` at
+    /// bits `i · bits ..`, into `out[..bits]`. Where the build has AVX-512 VBMI, fields of
+    /// 8 to 57 bits go eight at a time through [`pack8`] (eight fields fill `bits` whole
+    /// bytes); other widths field by field.
+    #[inline]
+    pub(crate) fn pack(&self, v: &[u64; 64], out: &mut [u64; 64]) {
+        let bits = self.bits;
+        if let Some(p) = &self.eight {
+            return p.pack64(v, out);
+        }
+        let (mut acc, mut fill, mut n) = (0u64, 0u32, 0);
+        for &x in v {
+            acc |= x << fill;
+            let end = fill + bits;
+            if end >= 64 {
+                out[n] = acc;
+                n += 1;
+                // (`end > 64` only when `fill > 0`: the shift is below 64.)
+                acc = if end > 64 { x >> (64 - fill) } else { 0 };
+                fill = end - 64;
+            } else {
+                fill = end;
+            }
+        }
+    }
+}
+
+/// Eight fields of 8 to 57 bits into their `bits` bytes: with AVX-512 VBMI one variable
+/// shift (each field to its bit offset in its first byte) and two masked byte
+/// permutations, of the even and of the odd fields (a byte holds bits of at most two
+/// neighbouring fields), ORed.
+#[cfg(all(target_arch = "x86_64", target_feature = "avx512f", target_feature = "avx512vbmi"))]
+#[allow(unsafe_code)]
+mod pack8 {
+    use std::arch::x86_64::{
+        __m512i, __mmask64, _mm512_loadu_si512, _mm512_maskz_permutexvar_epi8, _mm512_or_si512,
+        _mm512_sllv_epi64, _mm512_storeu_si512,
+    };
+
+    /// The shifts and the two permutations of one width.
+    pub(super) struct Pack8 {
+        /// Bytes per eight fields (the width).
+        bytes: usize,
+        shift: __m512i,
+        index: [__m512i; 2],
+        keep: [__mmask64; 2],
+    }
+
+    impl Pack8 {
+        /// For fields of `bits` bits, if 8 ≤ `bits` ≤ 57 (a field and its offset in its first
+        /// byte fit in a lane, and the even fields' bytes are apart).
+        pub(super) fn new(bits: u32) -> Option<Pack8> {
+            if !(8..=57).contains(&bits) {
+                return None;
+            }
+            let (mut shift, mut index, mut keep) = ([0u64; 8], [[0u8; 64]; 2], [0u64; 2]);
+            for lane in 0..8usize {
+                let start = lane as u32 * bits;
+                shift[lane] = (start % 8) as u64;
+                let (first, last) = ((start / 8) as usize, ((start + bits - 1) / 8) as usize);
+                for j in first..=last {
+                    index[lane % 2][j] = (8 * lane + j - first) as u8;
+                    keep[lane % 2] |= 1 << j;
+                }
+            }
+            // SAFETY: the build enables AVX-512 (the cfg above); each load reads a 64-byte array.
+            unsafe {
+                Some(Pack8 {
+                    bytes: bits as usize,
+                    shift: _mm512_loadu_si512(shift.as_ptr().cast()),
+                    index: index.map(|i| _mm512_loadu_si512(i.as_ptr().cast())),
+                    keep,
+                })
+            }
+        }
+
+        /// The 64 fields `v` packed into `out[..bits]`, eight at a time into `bits` bytes
+        /// each (a group's 64-byte store reaches at most byte `7 · 57 + 64 < 512`; the next
+        /// group's store overwrites its tail).
+        #[inline]
+        pub(super) fn pack64(&self, v: &[u64; 64], out: &mut [u64; 64]) {
+            // SAFETY: the build enables the features (the cfg above); `v` and `out` are 512
+            // bytes each, and every store stays inside `out` (above).
+            unsafe { pack64_vbmi(self, v, out) }
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512vbmi")]
+    #[inline]
+    unsafe fn pack64_vbmi(p: &Pack8, v: &[u64; 64], out: &mut [u64; 64]) {
+        let bytes: *mut u8 = out.as_mut_ptr().cast();
+        let stride = p.bytes;
+        for g in 0..8 {
+            // SAFETY: group `g`'s eight fields are inside `v`; its store ends at byte
+            // `g · bits + 64 ≤ 463` of `out` (the caller's bound).
+            unsafe {
+                let x = _mm512_loadu_si512(v.as_ptr().add(8 * g).cast());
+                let y = _mm512_sllv_epi64(x, p.shift);
+                let even = _mm512_maskz_permutexvar_epi8(p.keep[0], p.index[0], y);
+                let odd = _mm512_maskz_permutexvar_epi8(p.keep[1], p.index[1], y);
+                _mm512_storeu_si512(bytes.add(g * stride).cast(), _mm512_or_si512(even, odd));
+            }
+        }
+    }
+}
+
+/// Without AVX-512 VBMI: every width field by field.
+#[cfg(not(all(target_arch = "x86_64", target_feature = "avx512f", target_feature = "avx512vbmi")))]
+mod pack8 {
+    pub(super) struct Pack8;
+
+    impl Pack8 {
+        pub(super) fn new(_: u32) -> Option<Pack8> {
+            None
+        }
+
+        pub(super) fn pack64(&self, _: &[u64; 64], _: &mut [u64; 64]) {
+            unreachable!("no packer without AVX-512 VBMI")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,6 +325,24 @@ mod tests {
                         assert!(window_end(got) > data.len());
                     }
                 }
+            }
+        }
+    }
+
+    /// Every width: a block of 64 fields packed is the fields written one by one, and reads
+    /// back as them.
+    #[test]
+    fn packed_blocks_are_the_fields_in_order() {
+        for bits in 1..=64u32 {
+            let v: [u64; 64] = std::array::from_fn(|i| {
+                (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(bits) & mask(bits)
+            });
+            // (The vector packer where the build has it, and the field-by-field one.)
+            for packer in [Pack64::new(bits), Pack64 { bits, eight: None }] {
+                let mut out = [0u64; 64];
+                packer.pack(&v, &mut out);
+                let bytes: Vec<u8> = out[..bits as usize].iter().flat_map(|w| w.to_le_bytes()).collect();
+                assert_eq!(reference(&bytes, 0, bits, 64), v, "bits {bits}");
             }
         }
     }

@@ -58,9 +58,14 @@ fn round_trips_preserve_keys_and_sizes() {
     assert_eq!(DcfKeys::decode(&k1.encode()).unwrap().party(), Party::P1);
     let (d0, _) = dpf::keygen(DpfParams::new(37, 37).unwrap(), &[5, 9], &[6, 1], &mut r).unwrap();
     assert_eq!(DpfKeys::decode(&d0.encode()).unwrap(), d0);
-    for n in [5, 50] {
-        let (b0, _) = bitdpf::keygen(BitDpfParams::new(n).unwrap(), &[3, 4, 5], &mut r).unwrap();
-        assert_eq!(BitDpfKeys::decode(&b0.encode()).unwrap(), b0);
+    // Tables (n ≤ 7, up to 128 bits a key) and trees; few keys, and a run of them.
+    for n in [1, 5, 6, 7, 50] {
+        for keys in [3, 300] {
+            let alphas: Vec<u64> = (0..keys).map(|i| (i * 37 + 3) & ((1 << n) - 1)).collect();
+            let (b0, b1) = bitdpf::keygen(BitDpfParams::new(n).unwrap(), &alphas, &mut r).unwrap();
+            assert_eq!(BitDpfKeys::decode(&b0.encode()).unwrap(), b0, "n {n} keys {keys}");
+            assert_eq!(BitDpfKeys::decode(&b1.encode()).unwrap(), b1, "n {n} keys {keys}");
+        }
     }
     // An empty batch is valid too.
     let (e0, _) = bitdpf::keygen(BitDpfParams::new(20).unwrap(), &[], &mut r).unwrap();

@@ -212,13 +212,13 @@ impl BitDpfKeys {
             return;
         }
         if self.params.is_table() {
+            // Each key's table, low 64 bits first (as `put` with `bits.min(64)`, then the
+            // rest): one run.
             let bits = 1u32 << self.params.domain_bits;
-            for k in 0..self.len() {
-                let table = self.leaf(k)[0];
-                w.put(table as u64, bits.min(64));
-                if bits > 64 {
-                    w.put((table >> 64) as u64, bits - 64);
-                }
+            if bits <= 64 {
+                w.put_run(bits, self.len(), |k| self.leaf(k)[0] as u64);
+            } else {
+                w.put_run(64, 2 * self.len(), |i| (self.leaf(i / 2)[0] >> (64 * (i % 2))) as u64);
             }
             return;
         }
@@ -241,14 +241,16 @@ impl BitDpfKeys {
         check_keys(r, count, params.key_bits(), if params.is_table() { 0 } else { ROOT_BITS })?;
         if params.is_table() {
             let bits = 1u32 << params.domain_bits;
-            let mut leaf_cw = Vec::with_capacity(4 * count);
-            for _ in 0..count {
-                let mut table = r.get(bits.min(64))? as u128;
-                if bits > 64 {
-                    table |= (r.get(bits - 64)? as u128) << 64;
-                }
-                leaf_cw.extend([table as u64, (table >> 64) as u64, 0, 0]);
+            // (One run, as `write_material` writes it.)
+            let mut halves = Vec::with_capacity(2 * count);
+            if bits <= 64 {
+                r.get_run(bits, count, &mut halves)?;
+                halves = halves.iter().flat_map(|&t| [t, 0]).collect();
+            } else {
+                r.get_run(64, 2 * count, &mut halves)?;
             }
+            let leaf_cw: Vec<u64> = halves.chunks_exact(2).flat_map(|t| [t[0], t[1], 0, 0]).collect();
+            crate::wipe::wipe(&mut halves);
             let leaf_cw = Words::Owned(leaf_cw);
             return Ok(BitDpfKeys { params, party, tree: TreeKeys::with_capacity(0, 0), leaf_cw });
         }
