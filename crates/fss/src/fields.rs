@@ -225,8 +225,8 @@ mod pack8 {
                 let start = lane as u32 * bits;
                 shift[lane] = (start % 8) as u64;
                 let (first, last) = ((start / 8) as usize, ((start + bits - 1) / 8) as usize);
-                for j in first..=last {
-                    index[lane % 2][j] = (8 * lane + j - first) as u8;
+                for (j, ix) in index[lane % 2].iter_mut().enumerate().take(last + 1).skip(first) {
+                    *ix = (8 * lane + j - first) as u8;
                     keep[lane % 2] |= 1 << j;
                 }
             }
