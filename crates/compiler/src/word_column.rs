@@ -126,36 +126,32 @@ impl WordColumn {
     pub(crate) fn push_difference(&mut self, first: &WordColumn, at: usize, values: &mut [u64], width: u32) {
         let m = mask(width);
         let e = at..at + values.len();
-        match (self, first) {
-            (WordColumn::Bits(b), WordColumn::Bits(a)) => {
+        // The difference in place (nothing to subtract from a zero first share; one-bit
+        // shares are XORed as they are packed).
+        match first {
+            WordColumn::Narrow(a) => {
+                values.iter_mut().zip(&a[e]).for_each(|(v, &x)| *v = v.wrapping_sub(x as u64) & m)
+            }
+            WordColumn::Wide(a) => {
+                values.iter_mut().zip(&a[e]).for_each(|(v, &x)| *v = v.wrapping_sub(x) & m)
+            }
+            WordColumn::Bits(_) | WordColumn::Zero => {}
+        }
+        match self {
+            WordColumn::Bits(b) => {
                 debug_assert!(at.is_multiple_of(64) && b.len() == at / 64);
-                for (chunk, &x) in values.chunks(64).zip(&a[at / 64..]) {
-                    let bits =
-                        chunk.iter().enumerate().map(|(q, &v)| (v & m & 1) << q).fold(0, |acc, v| acc | v);
-                    b.push(x ^ bits);
+                let a = match first {
+                    WordColumn::Bits(a) => &a[at / 64..],
+                    _ => &[],
+                };
+                for (i, chunk) in values.chunks(64).enumerate() {
+                    let bits = chunk.iter().enumerate().fold(0, |acc, (q, &v)| acc | (v & m & 1) << q);
+                    b.push(bits ^ a.get(i).copied().unwrap_or(0));
                 }
             }
-            (WordColumn::Narrow(b), WordColumn::Narrow(a)) => {
-                debug_assert_eq!(b.len(), at);
-                values.iter_mut().zip(&a[e]).for_each(|(v, &x)| *v = v.wrapping_sub(x as u64) & m);
-                b.extend(values.iter().map(|&v| v as u32));
-            }
-            (WordColumn::Wide(b), WordColumn::Wide(a)) => {
-                debug_assert_eq!(b.len(), at);
-                values.iter_mut().zip(&a[e]).for_each(|(v, &x)| *v = v.wrapping_sub(x) & m);
-                b.extend_from_slice(values);
-            }
-            (WordColumn::Bits(b), WordColumn::Zero) => {
-                debug_assert!(at.is_multiple_of(64) && b.len() == at / 64);
-                b.extend(
-                    values
-                        .chunks(64)
-                        .map(|c| c.iter().enumerate().fold(0, |acc, (q, &v)| acc | (v & m & 1) << q)),
-                );
-            }
-            (WordColumn::Narrow(b), WordColumn::Zero) => b.extend(values.iter().map(|&v| (v & m) as u32)),
-            (WordColumn::Wide(b), WordColumn::Zero) => b.extend(values.iter().map(|&v| v & m)),
-            _ => unreachable!("both shares of a word are of its width's class"),
+            WordColumn::Narrow(b) => b.extend(values.iter().map(|&v| v as u32)),
+            WordColumn::Wide(b) => b.extend_from_slice(values),
+            WordColumn::Zero => unreachable!("the second share is never the zero column"),
         }
     }
 

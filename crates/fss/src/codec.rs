@@ -571,43 +571,26 @@ impl BitWriter {
         }
         self.buf.reserve((count as u64 * bits as u64).div_ceil(8) as usize + 8);
         let m = mask(bits);
-        // A register holds the bits of the word being filled (`fill < 64` of them). Blocks
-        // of 64 fields are packed into `bits` words ([`Pack64`]), which go after the
-        // register's bits; the rest field by field, a field that completes the word
-        // spilling its high bits into the next. Completed words are appended 64 at a time.
-        let (mut acc, mut fill) = (self.acc as u64, self.pending);
-        let mut done = [0u64; 64];
-        let mut n = 0;
+        // Blocks of 64 fields packed into `bits` words ([`Pack64`]), which go after the
+        // pending bits as a run of words.
         let blocks = count / 64;
         if blocks > 0 {
             let packer = Pack64::new(bits);
-            let b = bits as usize;
-            // (Packed words are staged and appended some blocks at a time.)
-            let (mut fields, mut packed, mut stage) = ([0u64; 64], [0u64; 64], [0u64; 512]);
+            let (mut fields, mut packed) = ([0u64; 64], [0u64; 64]);
             for k in 0..blocks {
                 fields.iter_mut().enumerate().for_each(|(q, f)| *f = word(64 * k + q) & m);
-                if fill == 0 {
-                    let to: &mut [u64; 64] = (&mut stage[n..n + 64]).try_into().expect("64 words");
-                    packer.pack(&fields, to);
-                } else {
-                    packer.pack(&fields, &mut packed);
-                    for (d, &w) in stage[n..n + b].iter_mut().zip(&packed[..b]) {
-                        *d = acc | w << fill;
-                        acc = w >> (64 - fill);
-                    }
-                }
-                n += b;
-                if n + 64 > stage.len() {
-                    append_words(&mut self.buf, &stage[..n]);
-                    n = 0;
-                }
+                packer.pack(&fields, &mut packed);
+                self.put_u64_run(bits as usize, |i| packed[i]);
             }
-            append_words(&mut self.buf, &stage[..n]);
-            n = 0;
             fields.zeroize();
             packed.zeroize();
-            stage.zeroize();
         }
+        // The rest field by field: a register holds the bits of the word being filled
+        // (`fill < 64` of them); a field that completes it spills its high bits into the
+        // next. Completed words are appended 64 at a time.
+        let (mut acc, mut fill) = (self.acc as u64, self.pending);
+        let mut done = [0u64; 64];
+        let mut n = 0;
         for i in 64 * blocks..count {
             let v = word(i) & m;
             acc |= v << fill;

@@ -120,9 +120,9 @@ pub(super) fn deal_words<R: SplitRng + ?Sized>(
     rng: &mut R,
 ) -> Result<[Vec<WordColumn>; 2], GateError> {
     /// Elements per chunk (a multiple of 64, a one-bit column's word): GeLU's 46 monomials
-    /// of a chunk fit in the second level of cache; shorter chunks pay their loops' setup
-    /// (the words of `bench ops --ops gelu --rows 7` at n = 50: 8.8 ms for 65,536 elements
-    /// in chunks of 2,048, 9.3 in chunks of 512, 11.2 in chunks of 128).
+    /// of a chunk fit in the second level of cache, and shorter chunks pay their loops'
+    /// setup more often (the words of `bench ops --ops gelu --rows 7` at n = 50: 8.8 ms for
+    /// 65,536 elements in chunks of 2,048, 9.3 in chunks of 512 or of 4,096).
     const CHUNK: usize = 2048;
     let first: Vec<WordColumn> = p.words.iter().map(|w| WordColumn::draw(rng, len, w.width)).collect();
     let mut second: Vec<WordColumn> =

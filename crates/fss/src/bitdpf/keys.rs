@@ -44,6 +44,13 @@ impl BitDpfParams {
         self.domain_bits <= LEAF_BITS
     }
 
+    /// A table key's stored fields: their width and how many per key (a 128-bit table is
+    /// its low then its high 64 bits).
+    fn table_fields(self) -> (u32, usize) {
+        let bits = 1u32 << self.domain_bits;
+        (bits.min(64), bits.div_ceil(64) as usize)
+    }
+
     /// One party's key material per key, in bits: `λ + (L−1)(λ+2) + 2λ`, or `2^n` for
     /// `n ≤ 7`.
     pub fn key_bits(self) -> u64 {
@@ -212,14 +219,10 @@ impl BitDpfKeys {
             return;
         }
         if self.params.is_table() {
-            // Each key's table, low 64 bits first (as `put` with `bits.min(64)`, then the
-            // rest): one run.
-            let bits = 1u32 << self.params.domain_bits;
-            if bits <= 64 {
-                w.put_run(bits, self.len(), |k| self.leaf(k)[0] as u64);
-            } else {
-                w.put_run(64, 2 * self.len(), |i| (self.leaf(i / 2)[0] >> (64 * (i % 2))) as u64);
-            }
+            // Each key's table in one run of fields: itself, or (128 bits) its low then its
+            // high 64 bits.
+            let (bits, per) = self.params.table_fields();
+            w.put_run(bits, per * self.len(), |i| (self.leaf(i / per)[0] >> (64 * (i % per))) as u64);
             return;
         }
         self.tree.write(w);
@@ -240,17 +243,13 @@ impl BitDpfKeys {
     ) -> Result<BitDpfKeys, DecodeError> {
         check_keys(r, count, params.key_bits(), if params.is_table() { 0 } else { ROOT_BITS })?;
         if params.is_table() {
-            let bits = 1u32 << params.domain_bits;
             // (One run, as `write_material` writes it.)
-            let mut halves = Vec::with_capacity(2 * count);
-            if bits <= 64 {
-                r.get_run(bits, count, &mut halves)?;
-                halves = halves.iter().flat_map(|&t| [t, 0]).collect();
-            } else {
-                r.get_run(64, 2 * count, &mut halves)?;
-            }
-            let leaf_cw: Vec<u64> = halves.chunks_exact(2).flat_map(|t| [t[0], t[1], 0, 0]).collect();
-            crate::wipe::wipe(&mut halves);
+            let (bits, per) = params.table_fields();
+            let mut fields = Vec::with_capacity(per * count);
+            r.get_run(bits, per * count, &mut fields)?;
+            let leaf_cw: Vec<u64> =
+                fields.chunks_exact(per).flat_map(|t| [t[0], t.get(1).copied().unwrap_or(0), 0, 0]).collect();
+            crate::wipe::wipe(&mut fields);
             let leaf_cw = Words::Owned(leaf_cw);
             return Ok(BitDpfKeys { params, party, tree: TreeKeys::with_capacity(0, 0), leaf_cw });
         }
