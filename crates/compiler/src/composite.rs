@@ -223,18 +223,22 @@ pub fn softmax_tables(
 /// 0.999955 with either; MiniLM seq 32: 0.999926 / 0.999927).
 pub const GELU_ROW_BITS: u32 = 7;
 
-/// The models' GeLU on inputs that fit `n − f` bits: [`library::gelu_rows`] (the residual
-/// from rows of `2^GELU_ROW_BITS` ulps, minimax per row) with the comparison split at the
-/// rows. Against the exactly rounded [`library::gelu`] it reads one window of 180 high
-/// positions (its 178 rows around 0, [`library::gelu_rows`]) instead of ~33k positions per
-/// element (several times faster, CHANGELOG.md), for a key of 397 against 385 B per element
-/// at n = 37.
+/// The models' GeLU on inputs that fit `n − f` bits: [`library::gelu_rows_fine`] (the
+/// residual from rows of `2^GELU_ROW_BITS` ulps, minimax per row, the two rows beside the
+/// residual's kink at 0 halved) with the comparison split at the rows. Against the exactly
+/// rounded [`library::gelu`] it reads one window of ~180 high positions (its rows around
+/// 0) instead of ~33k positions per element (several times faster, CHANGELOG.md). The
+/// halved rows' edges at ±64 ulps are read as one row of the input shifted by half a row
+/// (`program::half_rows`: the carry key at one more point, two equality bits of the high
+/// key's window): error 7.23e-3 against 7.67e-3 with whole rows (SIGMA's 8-bit table:
+/// 7.60e-3), for 23 B more key per element and ~6 % more evaluation at n = 37 (`fusefss
+/// bench ops --n 37 --ops gelu,gelu_fine --rows 7 --split true --slack`, CHANGELOG.md).
 ///
 /// # Errors
 /// [`SpecError`] for unsupported widths.
 pub fn gelu(n: u32, f: u32, form: library::GeluForm) -> Result<Compiled, SpecError> {
     made(Made::Gelu(n, f, form), || {
-        let spec = OperatorSpec { slack: true, ..library::gelu_rows(n - f, n, f, form, GELU_ROW_BITS) };
+        let spec = OperatorSpec { slack: true, ..library::gelu_rows_fine(n - f, n, f, form, GELU_ROW_BITS) };
         Compiled::with_options(&spec, CompileOptions { split: Some(true), ..CompileOptions::default() })
     })
 }

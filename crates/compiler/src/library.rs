@@ -251,26 +251,58 @@ fn relu_minus_rows(
     let one = (1u64 << f) as f64;
     let full = reach << f;
     assert!(reach.is_power_of_two() && full <= half(n_in) / 2 && s >= 1 && full >> s >= 1, "bad row layout");
-    // The rounded midpoint of the residual's range over `[a, a + w)`, and its error.
-    let row = |a: i64, w: i64| {
+    // The residual's range over `[a, a + w)`, in ulps.
+    let range = |a: i64, w: i64| {
         let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
         for x in a..a + w {
-            let v = func.residual(x as f64 / one);
+            let v = func.residual(x as f64 / one) * one;
             lo = lo.min(v);
             hi = hi.max(v);
         }
-        let v = round_half_up((lo + hi) / 2.0 * one);
-        (v, (v as f64 - lo * one).max(hi * one - v as f64))
+        (lo, hi)
     };
-    // Rows `(start, width, value, error)` of `[−full, full)`, the two beside 0 halved on request.
+    let error = |(lo, hi): (f64, f64), v: i64| (v as f64 - lo).max(hi - v as f64);
+    // Rows `(start, width, value, error)` of `[−full, full)`, the two beside 0 halved on
+    // request; each holds the rounded midpoint of its range.
     let w = 1i64 << s;
     let mut all: Vec<(i64, i64, i64, f64)> = vec![];
     for a in (-(full as i64)..full as i64).step_by(w as usize) {
         let cuts: &[(i64, i64)] =
             if halve_kink && (a == -w || a == 0) { &[(0, w / 2), (w / 2, w / 2)] } else { &[(0, w)] };
         for &(o, width) in cuts {
-            let (v, e) = row(a + o, width);
-            all.push((a + o, width, v, e));
+            let r = range(a + o, width);
+            let v = round_half_up((r.0 + r.1) / 2.0);
+            all.push((a + o, width, v, error(r, v)));
+        }
+    }
+    if halve_kink {
+        // The halved rows `[−w, −w/2)`, `[−w/2, 0)`, `[0, w/2)`, `[w/2, w)` hold `t₁..t₄`
+        // with `t₂ − t₁ + t₄ − t₃ = 0`: the steps at `±w/2` then sum to nothing, and the
+        // compiler reads them as one row of the input shifted by half a row, keeping its
+        // split at the rows (`compiler::program`, half rows). Each value moves at most 3
+        // ulps from its midpoint; the least maximum error wins, then the values nearest the
+        // midpoints (the least bias).
+        let k = all.iter().position(|r| r.0 == -w).expect("the kink rows");
+        let ranges: Vec<(f64, f64)> = all[k..k + 4].iter().map(|r| range(r.0, r.1)).collect();
+        let mid: Vec<i64> = all[k..k + 4].iter().map(|r| r.2).collect();
+        let mut best: Option<([i64; 4], (f64, f64))> = None;
+        for d0 in -3..=3 {
+            for d1 in -3..=3 {
+                for d2 in -3..=3 {
+                    let t = [mid[0] + d0, mid[1] + d1, mid[2] + d2, mid[2] + d2 + mid[0] + d0 - mid[1] - d1];
+                    let e = (0..4).map(|i| error(ranges[i], t[i])).fold(0.0, f64::max);
+                    let bias: f64 =
+                        (0..4).map(|i| (t[i] as f64 - (ranges[i].0 + ranges[i].1) / 2.0).abs()).sum();
+                    if best.is_none_or(|(_, b)| (e, bias) < b) {
+                        best = Some((t, (e, bias)));
+                    }
+                }
+            }
+        }
+        let (t, _) = best.expect("candidates");
+        for i in 0..4 {
+            all[k + i].2 = t[i];
+            all[k + i].3 = error(ranges[i], t[i]);
         }
     }
     let row_error = all.iter().map(|r| r.3).fold(0.0, f64::max);
@@ -301,10 +333,12 @@ pub fn gelu_rows(n_in: u32, l: u32, f: u32, form: GeluForm, s: u32) -> OperatorS
 }
 
 /// [`gelu_rows`] with the two rows beside 0 (the residual's kink) halved: at `f = 12`,
-/// `s = 7` the error is 7.23e-3 (below SIGMA's 7.60e-3) for ~8 B more key per element, but
-/// the comparison is split at `s − 1` and reads twice the positions: 6–31 % more
-/// evaluation time at n = 50 in three alternating runs (`fusefss bench ops --ops gelu
-/// --n 50 --impl both --rows 7 --split true --slack --reps 5`, CHANGELOG.md).
+/// `s = 7` the error is 7.23e-3 (below SIGMA's 7.60e-3; whole rows: 7.67e-3). The halved
+/// rows' values keep the steps at `±2^{s−1}` summing to zero, so the compiler still splits
+/// at `s` and reads those two edges as one row of the input shifted by half a row
+/// (`program::half_rows`): ~23 B more key per element at n = 37 and ~6 % more evaluation
+/// time than [`gelu_rows`] (before, a split at `s − 1`: 6–31 % more). The models' GeLU
+/// (`composite::gelu`).
 pub fn gelu_rows_fine(n_in: u32, l: u32, f: u32, form: GeluForm, s: u32) -> OperatorSpec {
     gelu_rows_with(n_in, l, f, form, s, true)
 }

@@ -275,6 +275,39 @@ impl Families {
         self.lt(f, 0)
     }
 
+    /// The carry of the input moved by `offset`: `1[(x̂ + offset) mod 2^f < r mod 2^f]`
+    /// (the carry key read at one more point).
+    pub fn carry_at(&mut self, f: u32, offset: u64) -> LinBit {
+        let (c, k) = self.point(0, f, offset, 0);
+        LinBit::term(Term::Lt(c, k))
+    }
+
+    /// `1[h₀ = j]` on the high key of a split at `f` (`h₀ = x̂_h − r_h`), as
+    /// `1[h₀ < j + 1] ⊕ 1[h₀ < j]`: the `LT` shares at the thresholds around it and two
+    /// public bits (`LT(x̂_h)` cancels), where equality shares would cost a row table's
+    /// window its `EQ` outputs.
+    pub fn eq_high(&mut self, f: u32, j: u64) -> LinBit {
+        let n = self.n;
+        let top = 1u64 << (n - f);
+        debug_assert!(j < top, "a high position");
+        // 1[h₀ < j] ⊕ LT(x̂_h) for 0 < j < 2^{n−f}; at the ends 1[h₀ < 0] = 0, 1[h₀ < top] = 1.
+        let mut below = |j: u64| -> (LinBit, bool) {
+            if j == 0 || j == top {
+                return (LinBit::constant(j == top), true);
+            }
+            let (h, k) = self.point(f, n - f, 0, j);
+            (LinBit::term(Term::Lt(h, k)).xor(&LinBit::term(Term::Below(n, j << f))), false)
+        };
+        let ((a, wa), (b, wb)) = (below(j + 1), below(j));
+        let bit = a.xor(&b);
+        if wa == wb {
+            return bit;
+        }
+        // One end is a constant: the other keeps its `LT(x̂_h)`.
+        let (h, k0) = self.point(f, n - f, 0, 0);
+        bit.xor(&LinBit::term(Term::Lt(h, k0)))
+    }
+
     /// `L = 1[a < r_h]` and `E = 1[a = r_h]` for `a = ((x̂ + offset) mod 2^n) >> f`.
     pub fn high(&mut self, f: u32, offset: u64) -> (LinBit, LinBit) {
         let (h, k) = self.point(f, self.n - f, offset, 0);

@@ -90,6 +90,76 @@ fn slack_gelu_reads_one_window() {
     full_width(&spec, CompileOptions::default(), 300, 711);
 }
 
+/// GeLU's rows with the two beside its kink halved, as the models read them: the split stays
+/// at the rows (the halved rows' edges are a row of the input shifted by half a row, read
+/// through two leaves that pick an equality bit by a public bit of `x̂`), exact on every input
+/// at a small width and on random and edge inputs at n = 37 and 50.
+#[test]
+fn halved_kink_rows_keep_the_split_at_the_rows() {
+    let split = CompileOptions { split: Some(true), ..CompileOptions::default() };
+    let spec = slack(gelu_rows_fine(14, 16, 6, GeluForm::Erf, 2));
+    let p = compiler::compile(&spec, split).unwrap();
+    assert_eq!(p.full_width, compiler::predicate::FullWidth::Split(2));
+    assert_eq!(p.muxes.len(), 2);
+    exhaustive(&spec, split, 720);
+    for n in [37u32, 50] {
+        let spec = slack(gelu_rows_fine(n - 12, n, 12, GeluForm::Erf, 7));
+        let p = compiler::compile(&spec, split).unwrap();
+        assert_eq!(p.full_width, compiler::predicate::FullWidth::Split(7));
+        full_width(&spec, split, 300, 730 + n as u64);
+    }
+}
+
+/// Rows of 4 on 8 bits with a bump at odd multiples of 2 over one to four rows of the
+/// shifted input (split at the rows, with muxes), and with a lone step there (no half
+/// rows: split at 2): exact on every input under edge masks, for every lookup.
+#[test]
+fn half_rows_at_small_width() {
+    let (n, l) = (8u32, 10u32);
+    let cases: [(&[u64], &[i128], bool); 4] = [
+        (&[30, 34], &[9, -9], true),
+        (&[30, 46], &[-5, 5], true),
+        (&[6, 14, 22], &[2, 3, -5], true),
+        (&[30], &[4], false),
+    ];
+    for (i, (half, jumps, bump)) in cases.into_iter().enumerate() {
+        let mut boundaries: Vec<u64> = (0..64).map(|k| k * 4).collect();
+        let mut vals: Vec<i128> = (0..64).map(|k| (k * 37 % 23) as i128 - 11).collect();
+        for (&p, &j) in half.iter().zip(jumps) {
+            let k = boundaries.partition_point(|&b| b < p);
+            boundaries.insert(k, p);
+            vals.insert(k, vals[k - 1]);
+            vals[k..].iter_mut().for_each(|v| *v += j);
+        }
+        let pieces = vals
+            .iter()
+            .map(|&v| compiler::spec::Piece { polys: vec![vec![v, 1]], ..Default::default() })
+            .collect();
+        let spec = OperatorSpec {
+            name: format!("half-rows-{i}"),
+            in_bits: n,
+            out_bits: l,
+            signed: false,
+            slack: false,
+            scale: None,
+            out_scale: None,
+            boundaries,
+            pieces,
+            atoms: vec![],
+            kappa: vec![],
+            phi: None,
+        };
+        spec.validate().unwrap();
+        let split = CompileOptions { split: Some(true), ..CompileOptions::default() };
+        let p = compiler::compile(&spec, split).unwrap();
+        let want = if bump { 2 } else { 1 };
+        assert_eq!(p.full_width, compiler::predicate::FullWidth::Split(want), "case {i}");
+        assert_eq!(!p.muxes.is_empty(), bump, "case {i}");
+        exhaustive(&spec, split, 740 + i as u64);
+        exhaustive(&spec, CompileOptions::default(), 750 + i as u64);
+    }
+}
+
 /// A slack spec is signed, and refuses what it does not support.
 #[test]
 fn slack_specs_validate() {

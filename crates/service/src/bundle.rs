@@ -70,8 +70,9 @@ pub const VERSION: u16 = 3;
 /// truncations with the first's carry deferred (`gates::gain`). 18: FuseFSS LayerNorm's mean
 /// and centred sums of squares in one round (`gates::centre`). 19: a split step function
 /// whose jumps all vanish deals no carry key (a grouped grid's lone first start; no model's
-/// key measured to change, bumped to be safe).
-pub const PROTOCOL_REVISION: u64 = 19;
+/// key measured to change, bumped to be safe). 20: FuseFSS GeLU with the two rows beside its
+/// kink halved, read as a row of the input shifted by half a row (`compiler::program`).
+pub const PROTOCOL_REVISION: u64 = 20;
 const KIND_INPUT: u8 = 1;
 const KIND_GATE: u8 = 2;
 const KIND_OUTPUT: u8 = 3;

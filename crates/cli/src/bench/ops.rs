@@ -94,10 +94,11 @@ pub struct OpsBenchArgs {
     /// most `2^{quantum−1}` ulps, about `2^quantum` times fewer intervals; 0 is exact rounding).
     #[arg(long, default_value_t = 0)]
     quantum: u32,
-    /// Compiled GeLU and SiLU: read the residual from rows of `2^rows` ulps instead
-    /// (`library::gelu_rows`; 0 keeps the exactly rounded or `--quantum` spec; `gelu_fine`
-    /// always reads rows, `library::gelu_rows_fine` with the two beside 0 halved, and 0
-    /// takes the models' `composite::GELU_ROW_BITS`); `e^{−x}`:
+    /// Compiled GeLU and SiLU: read the residual from rows of `2^rows` ulps instead (GeLU
+    /// as the models do, `library::gelu_rows_fine`: the two rows beside 0 halved, read as
+    /// a row of the input shifted by half a row; SiLU `library::silu_rows`; 0 keeps the
+    /// exactly rounded or `--quantum` spec; `gelu_fine` always reads rows, 0 taking the
+    /// models' `composite::GELU_ROW_BITS`); `e^{−x}`:
     /// the softmax's table in rows of `2^rows` ulps (`library::nexp_rows_nonneg`, with
     /// `--split true` as the softmax reads it).
     #[arg(long, default_value_t = 0)]
@@ -685,7 +686,7 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
                 "silu" if a.rows > 0 => (library::silu_rows(in_bits, n, f, a.rows), Function::Silu),
                 "silu" => (library::silu_coarse(in_bits, n, f, a.quantum), Function::Silu),
                 "gelu_tanh" if a.rows > 0 => {
-                    (library::gelu_rows(in_bits, n, f, GeluForm::Tanh, a.rows), Function::GeluTanh)
+                    (library::gelu_rows_fine(in_bits, n, f, GeluForm::Tanh, a.rows), Function::GeluTanh)
                 }
                 "gelu_tanh" => {
                     (library::gelu_coarse(in_bits, n, f, GeluForm::Tanh, a.quantum), Function::GeluTanh)
@@ -695,7 +696,9 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
                     let rows = if a.rows > 0 { a.rows } else { composite::GELU_ROW_BITS };
                     (library::gelu_rows_fine(in_bits, n, f, GeluForm::Erf, rows), Function::Gelu)
                 }
-                _ if a.rows > 0 => (library::gelu_rows(in_bits, n, f, GeluForm::Erf, a.rows), Function::Gelu),
+                _ if a.rows > 0 => {
+                    (library::gelu_rows_fine(in_bits, n, f, GeluForm::Erf, a.rows), Function::Gelu)
+                }
                 _ => (library::gelu_coarse(in_bits, n, f, GeluForm::Erf, a.quantum), Function::Gelu),
             };
             let spec = OperatorSpec { slack: a.slack, ..spec };

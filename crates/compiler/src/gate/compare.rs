@@ -19,7 +19,7 @@ use super::key::CompiledKey;
 use super::plan::{FamilyPlan, GateRef};
 use crate::parity::words_for;
 use crate::predicate::Family;
-use crate::program::CmpBackend;
+use crate::program::{CmpBackend, LeafMux};
 
 /// Up to this many points per element are evaluated lane by lane rather than by a trie walk.
 const FEW_POINTS: usize = 8;
@@ -80,6 +80,7 @@ fn comparison_in(
             &mut own[..]
         };
         fold_leaves(g, key.party == Party::P0, &xh[e0..e1], bits, accs);
+        apply_muxes(&p.muxes, &xh[e0..e1], accs, lw);
         if g.plan.packed_leaves {
             continue;
         }
@@ -92,6 +93,21 @@ fn comparison_in(
         }
     }
     Ok(())
+}
+
+/// The leaves that read another leaf by a public bit of `x̂` ([`LeafMux`]), in order, on
+/// packed leaves (`lw` words per element).
+fn apply_muxes(muxes: &[LeafMux], xh: &[u64], accs: &mut [u64], lw: usize) {
+    for m in muxes {
+        let (leaf, alt) = (m.leaf as usize, m.alt as usize);
+        let (w, b) = (leaf / 64, leaf % 64);
+        for (acc, &x) in accs.chunks_exact_mut(lw).zip(xh) {
+            // (Without a branch: the selector is a coin flip per element.)
+            let sel = m.selects(x) as u64;
+            let diff = ((acc[w] >> b) ^ (acc[alt / 64] >> (alt % 64))) & sel;
+            acc[w] ^= diff << b;
+        }
+    }
 }
 
 /// Family `fi`'s `LT`/`EQ` bits (and its dense runs' windows) for the elements `range`.

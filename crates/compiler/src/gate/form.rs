@@ -67,7 +67,9 @@ pub(super) async fn open_masked_bits(
             }
         }
     }
-    let identity = zw == lw && reads.iter().enumerate().all(|(i, r)| r.as_slice() == [i]);
+    // (Leaves past the opened ones, a mux's alternatives, are masked off the last word.)
+    let identity = reads.iter().enumerate().all(|(i, r)| r.as_slice() == [i]);
+    let tail = if nb % 64 == 0 { !0u64 } else { (1u64 << (nb % 64)) - 1 };
     let mut mine = vec![0u64; len * zw];
     for ((m, z), acc) in
         mine.chunks_exact_mut(zw).zip(key.zbits.chunks_exact(zw)).zip(packed.chunks_exact(lw))
@@ -77,6 +79,7 @@ pub(super) async fn open_masked_bits(
         }
         if identity {
             m.iter_mut().zip(acc).for_each(|(m, a)| *m ^= a);
+            m[zw - 1] ^= acc[zw - 1] & !tail;
         } else {
             for (i, r) in reads.iter().enumerate() {
                 let bit = r.iter().fold(0u64, |b, &j| b ^ (acc[j / 64] >> (j % 64)));

@@ -189,6 +189,27 @@ pub enum LookupPlan {
     Dcf(DcfPlan),
 }
 
+/// Leaf `leaf` takes leaf `alt`'s share on the elements where `x̂ mod 2^bits ≥ beta`
+/// (a public bit): `alt` is a plain leaf, `leaf` one of its own (never shared by content).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeafMux {
+    /// The leaf that is replaced.
+    pub leaf: u32,
+    /// The leaf it reads instead.
+    pub alt: u32,
+    /// Low bits of `x̂` the selector reads.
+    pub bits: u32,
+    /// The selector's threshold.
+    pub beta: u64,
+}
+
+impl LeafMux {
+    /// Whether the element with masked input `xh` reads `alt`.
+    pub fn selects(&self, xh: u64) -> bool {
+        xh & fss::ring::mask(self.bits) >= self.beta
+    }
+}
+
 /// A compiled operator: everything public about its gates.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Program {
@@ -207,6 +228,9 @@ pub struct Program {
     pub families: Vec<Family>,
     /// XOR-linear bits computed from the comparison (locals `0..leaves.len()`).
     pub leaves: Vec<LinBit>,
+    /// Leaves that read another leaf where a public bit of `x̂` says so, applied in order
+    /// after the comparison (a half row's shifted reads, `Lower::half_row`).
+    pub muxes: Vec<LeafMux>,
     /// Public variables (per element) and monomials over them (indices into `pvars`).
     pub pvars: Vec<PVar>,
     /// Public monomials.

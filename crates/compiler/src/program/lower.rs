@@ -11,9 +11,10 @@ use super::bexpr::{BExpr, Val};
 use super::budget::{Budget, Work};
 use super::cells::{Cells, Cover, Reads, StepFn, formula_at};
 use super::ir::{
-    CmpBackend, DcfPlan, Exchange, Limits, LookupBackend, LookupPlan, MAX_TABLE_BITS, Program, TablePlan,
+    CmpBackend, DcfPlan, Exchange, LeafMux, Limits, LookupBackend, LookupPlan, MAX_TABLE_BITS, Program,
+    TablePlan,
 };
-use super::prep::alignment_runs;
+use super::prep::{alignment_runs, half_rows};
 use super::words::Builder;
 use crate::predicate::{
     Families, FullWidth, LinBit, SplitBit, low_step_bit, renumber, step_bits, step_bits_high,
@@ -31,6 +32,8 @@ pub(super) struct Lower<'a> {
     /// Leaves by content, and their order.
     leaf_ids: HashMap<LinBit, u32>,
     leaves: Vec<LinBit>,
+    /// Leaves that read another leaf by a public bit ([`LeafMux`]).
+    muxes: Vec<LeafMux>,
     /// Opened bits: leaf → bit index.
     open_ids: HashMap<u32, u32>,
     opened: Vec<u32>,
@@ -65,6 +68,7 @@ impl<'a> Lower<'a> {
             fams: Families::new(spec.in_bits, mode),
             leaf_ids: HashMap::new(),
             leaves: vec![],
+            muxes: vec![],
             open_ids: HashMap::new(),
             opened: vec![],
             extra_locals: vec![],
@@ -97,6 +101,15 @@ impl<'a> Lower<'a> {
         self.leaves.push(b.clone());
         self.leaf_ids.insert(b.clone(), i);
         i
+    }
+
+    /// A leaf of its own that is `low` where `x̂ mod 2^bits < beta` and `high` elsewhere.
+    fn mux_leaf(&mut self, low: &LinBit, high: &LinBit, bits: u32, beta: u64) -> u32 {
+        let alt = self.leaf(high);
+        let leaf = self.leaves.len() as u32;
+        self.leaves.push(low.clone());
+        self.muxes.push(LeafMux { leaf, alt, bits, beta });
+        leaf
     }
 
     fn open(&mut self, b: &LinBit) -> u32 {
@@ -681,6 +694,22 @@ impl<'a> Lower<'a> {
                 let starts = self.spec.boundaries.clone();
                 return self.step_sym_split(f, &starts, vals);
             }
+            FullWidth::Split(f) => {
+                if let Some(h) = half_rows(self.n(), f, &self.spec.boundaries, vals, l) {
+                    let mut out = if h.vals.len() == 1 {
+                        Sym::constant(l, h.vals[0])
+                    } else {
+                        self.step_sym_split(f, &h.starts, &h.vals)?
+                    };
+                    for (k, &w) in (h.first_row..).zip(&h.weights) {
+                        if w != 0 {
+                            let row = self.half_row(f, k);
+                            out = out.add(&row.scale(w));
+                        }
+                    }
+                    return Ok(out);
+                }
+            }
             FullWidth::Grouped(f, w) if aligned(f) => return self.step_sym_grouped(w, vals),
             _ => {}
         }
@@ -743,6 +772,28 @@ impl<'a> Lower<'a> {
         let c = self.fams.carry(f);
         let c = self.arith(&BExpr::Leaf(c));
         Ok(v0.sub(&c.mul(&jump).expect("opened bits")))
+    }
+
+    /// `1[(u + d) >> f = k]` for `d = 2^{f−1}`: whether the input is in row `k` of the input
+    /// shifted by half a row ([`half_rows`]). The shifted input `û + d` has the same mask, so
+    /// with its carry `c' = 1[(x̂ + d) mod 2^f < r mod 2^f]` (the carry key read at one more
+    /// point) its row is `h₀' − c'`, where its high part `h₀' = h₀ + b` moves by the public
+    /// `b = 1[x̂ mod 2^f ≥ d]`. So the row is `k` iff `E'(k + c') = 1` with `E'(j) = E(j − b)`
+    /// the equality shares of the split's own high key (inside its window): two leaves that
+    /// each read one of two equality shares by `b` ([`LeafMux`]), opened, and `c'` picks one.
+    fn half_row(&mut self, f: u32, k: u64) -> Sym {
+        let n = self.n();
+        let (d, hm) = (1u64 << (f - 1), mask(n - f));
+        let c = self.fams.carry_at(f, d);
+        let c = self.arith(&BExpr::Leaf(c));
+        let e: Vec<LinBit> =
+            (0..3u64).map(|i| self.fams.eq_high(f, k.wrapping_add(i).wrapping_sub(1) & hm)).collect();
+        // E'(k) = b ? E(k − 1) : E(k), and E'(k + 1) = b ? E(k) : E(k + 1).
+        let at = self.mux_leaf(&e[1], &e[0], f, d);
+        let above = self.mux_leaf(&e[2], &e[1], f, d);
+        let at = self.arith(&BExpr::Loc(at));
+        let above = self.arith(&BExpr::Loc(above));
+        at.add(&c.mul(&above.sub(&at)).expect("opened bits"))
     }
 
     /// A step function with `vals` on the intervals from `starts`: over the whole input, or
@@ -836,8 +887,19 @@ impl<'a> Lower<'a> {
     fn assemble(self, out_syms: Vec<Sym>, kinds: Vec<Kind>) -> Result<Program, SpecError> {
         let l = self.l();
         let nleaves = self.leaves.len() as u32;
+        // The opened leaves first, in the order they are opened, then the others (a mux's
+        // alternatives): a first exchange that opens leaf `i` as bit `i` is opened packed
+        // without a gather (`gate::form::open_masked_bits`).
+        let mut order: Vec<u32> = self.opened.iter().copied().filter(|&j| j < LOCAL_BASE).collect();
+        let mut seen = vec![false; nleaves as usize];
+        order.iter().for_each(|&j| seen[j as usize] = true);
+        order.extend((0..nleaves).filter(|&j| !seen[j as usize]));
+        let mut perm = vec![0u32; nleaves as usize];
+        for (new, &old) in order.iter().enumerate() {
+            perm[old as usize] = new as u32;
+        }
         // Lookup locals come after the leaves.
-        let local = move |j: u32| if j >= LOCAL_BASE { nleaves + (j - LOCAL_BASE) } else { j };
+        let local = |j: u32| if j >= LOCAL_BASE { nleaves + (j - LOCAL_BASE) } else { perm[j as usize] };
         let fix = |s: &Sym| s.map_locals(local);
         let mut last = out_syms.iter().map(|s| self.ready(s)).max().unwrap_or(0);
         if !self.opened.is_empty() {
@@ -867,7 +929,9 @@ impl<'a> Lower<'a> {
         b.share_mask_bits(&mut exchanges);
         let full_width = self.fams.mode();
         let (families, maps) = self.fams.finish();
-        let leaves: Vec<LinBit> = self.leaves.iter().map(|x| renumber(x, &maps)).collect();
+        let leaves: Vec<LinBit> = order.iter().map(|&j| renumber(&self.leaves[j as usize], &maps)).collect();
+        let muxes =
+            self.muxes.iter().map(|m| LeafMux { leaf: local(m.leaf), alt: local(m.alt), ..*m }).collect();
         let mut lookup = self.lookup.clone();
         match &mut lookup {
             LookupPlan::Table(t) => t.first_local = local(t.first_local),
@@ -884,6 +948,7 @@ impl<'a> Lower<'a> {
             full_width,
             families,
             leaves,
+            muxes,
             pvars: b.pvars,
             pmonos: b.pmonos,
             words: b.words,

@@ -32,11 +32,11 @@ mod prep;
 mod words;
 
 pub use ir::{
-    CmpBackend, CompileOptions, Cost, DcfPlan, Exchange, FTerm, Form, Limits, LookupBackend, LookupPlan,
-    MAX_TABLE_BITS, Program, Src, TABLE_ET_LEVELS, TablePlan, WordDef, table_params,
+    CmpBackend, CompileOptions, Cost, DcfPlan, Exchange, FTerm, Form, LeafMux, Limits, LookupBackend,
+    LookupPlan, MAX_TABLE_BITS, Program, Src, TABLE_ET_LEVELS, TablePlan, WordDef, table_params,
 };
 use lower::Lower;
-use prep::{aligned_shift, normalise, shift_amount};
+use prep::{aligned_shift, half_row_shift, normalise, shift_amount};
 pub use prep::{alignment_runs, reduced_view_shift, shift_poly};
 
 use crate::predicate::FullWidth;
@@ -70,9 +70,12 @@ pub fn compile(spec: &OperatorSpec, options: CompileOptions) -> Result<Program, 
     let mut first_err = None;
     // One budget for every choice: once it is spent, the best program so far is the result.
     let spent = Cell::new(0u64);
+    // A split one bit coarser that reads a few boundaries as half rows (not in grouped runs).
+    let half_rows = if options.grouped.is_none() { half_row_shift(&spec) } else { None };
     'choices: for &split in &splits {
         for &lookup in &lookups {
-            let mode = match (split, shift_amount(&spec).or_else(|| aligned_shift(&spec))) {
+            let shift = shift_amount(&spec).or(half_rows).or_else(|| aligned_shift(&spec));
+            let mode = match (split, shift) {
                 (true, Some(f)) if let Some(w) = options.grouped => FullWidth::Grouped(f, w),
                 (true, Some(f)) => FullWidth::Split(f),
                 (true, None) if options.split == Some(true) => {

@@ -25,6 +25,116 @@ pub(super) fn aligned_shift(spec: &OperatorSpec) -> Option<u32> {
     (s >= 1 && s < n).then_some(s)
 }
 
+/// Most rows of the input shifted by half a row that a split reads ([`half_rows`]): each
+/// costs a few opened bits and dealer words per element.
+pub const MAX_HALF_ROWS: u64 = 4;
+
+/// A step function's intervals merged where its value does not change: the starts where
+/// it does (and the first), with their values.
+pub(super) fn merge_steps(starts: &[u64], vals: &[u64]) -> (Vec<u64>, Vec<u64>) {
+    let (mut s, mut v) = (vec![], vec![]);
+    for (k, (&b, &x)) in starts.iter().zip(vals).enumerate() {
+        if k == 0 || v.last() != Some(&x) {
+            s.push(b);
+            v.push(x);
+        }
+    }
+    (s, v)
+}
+
+/// A step function read by a split at `f` whose steps are at multiples of `2^{f−1}`: the
+/// steps at multiples of `2^f` ([`HalfRows::starts`], [`HalfRows::vals`]) plus a sum over
+/// rows of the input shifted by half a row, `w_K·1[(u + 2^{f−1}) >> f = K]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct HalfRows {
+    /// Starts of the aligned part, every one a multiple of `2^f`.
+    pub starts: Vec<u64>,
+    /// Its values.
+    pub vals: Vec<u64>,
+    /// The first shifted row `K` of the weights.
+    pub first_row: u64,
+    /// `w_K` for `K = first_row..`.
+    pub weights: Vec<u64>,
+}
+
+/// The step function `vals` on the intervals from `starts` (of an `n`-bit input, values in
+/// `Z_{2^l}`) as [`HalfRows`] for a split at `f`, if it is one: every step at a multiple of
+/// `2^{f−1}`, and the steps at odd multiples (the half rows' edges) sum to 0 within at most
+/// [`MAX_HALF_ROWS`] shifted rows, so that their part vanishes outside them. (Its edges are
+/// then the shifted input's row edges, which the split's key and carry answer read at one
+/// more point each: `Lower::half_row`.)
+pub(super) fn half_rows(n: u32, f: u32, starts: &[u64], vals: &[u64], l: u32) -> Option<HalfRows> {
+    if f < 1 || f >= n {
+        return None;
+    }
+    let (m, d) = (mask(l), 1u64 << (f - 1));
+    let (starts, vals) = merge_steps(starts, vals);
+    if starts.iter().any(|&b| b & mask(f - 1) != 0) {
+        return None;
+    }
+    let half: Vec<usize> = (1..starts.len()).filter(|&k| starts[k] & mask(f) == d).collect();
+    if half.is_empty() {
+        return Some(HalfRows { starts, vals, first_row: 0, weights: vec![] });
+    }
+    let jump = |k: usize| vals[k].wrapping_sub(vals[k - 1]);
+    if half.iter().fold(0u64, |a, &k| a.wrapping_add(jump(k))) & m != 0 {
+        return None;
+    }
+    // Shifted row `K` is `[K·2^f − d, (K + 1)·2^f − d)`; a half row's edge `p` starts row
+    // `(p + d) >> f` (at least 1, and below `2^{n−f}`: no shifted row wraps).
+    let row = |p: u64| (p + d) >> f;
+    let (first, end) = (row(starts[half[0]]), row(starts[*half.last().expect("a half row")]));
+    if end - first > MAX_HALF_ROWS {
+        return None;
+    }
+    let mut weights = vec![];
+    let (mut acc, mut next) = (0u64, 0);
+    for k in first..end {
+        while next < half.len() && row(starts[half[next]]) == k {
+            acc = acc.wrapping_add(jump(half[next])) & m;
+            next += 1;
+        }
+        weights.push(acc);
+    }
+    let shifted = |u: u64| {
+        let k = row(u);
+        if (first..end).contains(&k) { weights[(k - first) as usize] } else { 0 }
+    };
+    let aligned: Vec<u64> = starts.iter().zip(&vals).map(|(&b, &v)| v.wrapping_sub(shifted(b)) & m).collect();
+    let (starts, vals) = merge_steps(&starts, &aligned);
+    debug_assert!(starts.iter().all(|&b| b & mask(f) == 0), "the half rows' steps cancel");
+    Some(HalfRows { starts, vals, first_row: first, weights })
+}
+
+/// A split one bit coarser than the boundaries' alignment, reading the few boundaries at
+/// odd multiples of `2^{f−1}` as rows of the input shifted by half a row ([`half_rows`]):
+/// `f` if every coefficient and constant of `spec` decomposes so and one of them needs it.
+/// (GeLU's rows with the two beside its kink halved: a window of rows of `2^f`, not of
+/// `2^{f−1}`.) Specs with Boolean outputs keep [`aligned_shift`].
+pub(super) fn half_row_shift(spec: &OperatorSpec) -> Option<u32> {
+    let (n, l) = (spec.in_bits, spec.out_bits);
+    let f = aligned_shift(spec)? + 1;
+    if f >= n || spec.bool_count() > 0 {
+        return None;
+    }
+    let mut series: Vec<Vec<u64>> = vec![];
+    for j in 0..spec.poly_count() {
+        let deg = spec.pieces.iter().map(|p| p.polys[j].len()).max().unwrap_or(1);
+        for k in 0..deg {
+            series
+                .push(spec.pieces.iter().map(|p| word(p.polys[j].get(k).copied().unwrap_or(0), l)).collect());
+        }
+    }
+    for j in 0..spec.const_count() {
+        series.push(spec.pieces.iter().map(|p| word(p.consts[j], l)).collect());
+    }
+    let mut any = false;
+    for vals in &series {
+        any |= !half_rows(n, f, &spec.boundaries, vals, l)?.weights.is_empty();
+    }
+    any.then_some(f)
+}
+
 /// Cut ascending boundaries (the first is 0) of an `n`-bit input into runs of consecutive
 /// boundaries `(g, range)`: greedily from the first, a run grows while its boundaries, all
 /// multiples of `2^g` (`g < n` the smallest alignment among them), span at most

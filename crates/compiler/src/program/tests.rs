@@ -1,5 +1,6 @@
-//! The compiled words, the polynomial shift and the alignment runs.
+//! The compiled words, the polynomial shift, the alignment runs and the half rows.
 
+use super::prep::{MAX_HALF_ROWS, half_rows};
 use super::{CompileOptions, Src, alignment_runs, compile, shift_poly};
 use crate::sym::valuation;
 
@@ -68,4 +69,51 @@ fn alignment_runs_cover_the_boundaries_in_order() {
     // The whole grid in one run at its finest alignment; one run per octave at w = 8.
     assert_eq!(alignment_runs(10, &starts, 1 << 12), vec![(2, 0..starts.len())]);
     assert_eq!(alignment_runs(10, &starts, 8).len(), 5);
+}
+
+/// A step function with steps at odd multiples of `2^{f−1}` summing to zero is its aligned
+/// part plus weighted rows of the input shifted by half a row, on every input; steps that do
+/// not sum to zero, a step off the half grid, or a span past [`MAX_HALF_ROWS`] are refused.
+#[test]
+fn half_rows_decompose_step_functions() {
+    let (n, f, l) = (9u32, 3u32, 12u32);
+    let d = 1u64 << (f - 1);
+    let value = |starts: &[u64], vals: &[u64], u: u64| vals[starts.iter().rposition(|&b| b <= u).unwrap()];
+    // Rows of 8 with values, plus steps at odd multiples of 4.
+    let cases: [(&[u64], &[i64], bool); 5] = [
+        (&[100, 108], &[5, -5], true),
+        (&[100, 124], &[-7, 7], true),
+        (&[44, 52, 76], &[3, 4, -7], true),
+        (&[100], &[5], false),
+        (&[100, 100 + 8 * (MAX_HALF_ROWS + 1)], &[1, -1], false),
+    ];
+    for (half, jumps, ok) in cases {
+        let mut starts: Vec<u64> = (0..1u64 << (n - f)).map(|k| k << f).collect();
+        let mut vals: Vec<u64> = starts.iter().map(|&b| (b.wrapping_mul(0x9e37) >> 3) & 0xff).collect();
+        for (&p, &j) in half.iter().zip(jumps) {
+            assert_eq!(p % (2 * d), d);
+            let k = starts.partition_point(|&b| b < p);
+            starts.insert(k, p);
+            vals.insert(k, vals[k - 1]);
+            for v in &mut vals[k..] {
+                *v = v.wrapping_add(j as u64) & fss::ring::mask(l);
+            }
+        }
+        // (The steps are added to every later interval, so a bump returns to the rows.)
+        let h = half_rows(n, f, &starts, &vals, l);
+        assert_eq!(h.is_some(), ok, "{half:?}");
+        let Some(h) = h else { continue };
+        assert!(h.starts.iter().all(|&b| b % (1 << f) == 0));
+        for u in 0..1u64 << n {
+            let k = (u + d) >> f;
+            let shifted = match k.checked_sub(h.first_row) {
+                Some(i) if (i as usize) < h.weights.len() => h.weights[i as usize],
+                _ => 0,
+            };
+            let sum = value(&h.starts, &h.vals, u).wrapping_add(shifted) & fss::ring::mask(l);
+            assert_eq!(sum, value(&starts, &vals, u), "{half:?} at {u}");
+        }
+    }
+    // A step between the half rows' grid points is no half row.
+    assert!(half_rows(n, f, &[0, 8, 13], &[1, 2, 3], l).is_none());
 }
