@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{all_options, exhaustive, rng};
+use common::{all_options, base, exhaustive, rng};
 use compiler::program::{CmpBackend, CompileOptions, LookupBackend};
 use compiler::spec::{Atom, BoolExpr, Node, OperatorSpec, Output, Phi, Piece};
 use compiler::{CompiledGate, compile};
@@ -22,23 +22,6 @@ fn all_backends(spec: &OperatorSpec) -> usize {
 }
 fn pieces(polys: &[&[i128]]) -> Vec<Piece> {
     polys.iter().map(|c| Piece { polys: vec![c.to_vec()], ..Piece::default() }).collect()
-}
-
-fn base(name: &str, n: u32, l: u32, signed: bool, boundaries: Vec<u64>, pieces: Vec<Piece>) -> OperatorSpec {
-    OperatorSpec {
-        name: name.into(),
-        in_bits: n,
-        out_bits: l,
-        signed,
-        slack: false,
-        scale: None,
-        out_scale: None,
-        boundaries,
-        pieces,
-        atoms: vec![],
-        kappa: vec![],
-        phi: None,
-    }
 }
 
 #[test]

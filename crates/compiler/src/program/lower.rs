@@ -779,8 +779,9 @@ impl<'a> Lower<'a> {
     /// with its carry `c' = 1[(x̂ + d) mod 2^f < r mod 2^f]` (the carry key read at one more
     /// point) its row is `h₀' − c'`, where its high part `h₀' = h₀ + b` moves by the public
     /// `b = 1[x̂ mod 2^f ≥ d]`. So the row is `k` iff `E'(k + c') = 1` with `E'(j) = E(j − b)`
-    /// the equality shares of the split's own high key (inside its window): two leaves that
-    /// each read one of two equality shares by `b` ([`LeafMux`]), opened, and `c'` picks one.
+    /// and `E(j) = 1[h₀ = j]` read from the split's own high key at `j` and `j + 1`, inside its
+    /// window ([`Families::eq_high`]): two leaves that each read one of two such bits by `b`
+    /// ([`LeafMux`]), opened, and `c'` picks one.
     fn half_row(&mut self, f: u32, k: u64) -> Sym {
         let n = self.n();
         let (d, hm) = (1u64 << (f - 1), mask(n - f));
