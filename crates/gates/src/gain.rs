@@ -223,7 +223,7 @@ impl DeferredGain {
         let x2: Vec<u64> = (0..self.len)
             .map(|i| {
                 let j = i % cols;
-                let u = (x1[i] >> s1).wrapping_sub(1 << (n - s1 - 2)).wrapping_sub(c1[i] as u64);
+                let u = (x1[i] >> s1).wrapping_sub(1 << (n - s1 - 2)).wrapping_sub(c1[i]);
                 gamma[j].wrapping_mul(u).wrapping_add(beta[j]).wrapping_add(1 << (n - 2)) & m
             })
             .collect();
@@ -239,7 +239,7 @@ impl DeferredGain {
                 let mu2 = 1 - (x2[i] >> (n - 1));
                 (own * public)
                     .wrapping_add(key.offset[k][i])
-                    .wrapping_sub((c2[i] as u64).wrapping_mul(key.flip[c1[i] as usize][i]))
+                    .wrapping_sub(c2[i].wrapping_mul(key.flip[c1[i] as usize][i]))
                     .wrapping_add(mu2 * (key.wrap[k][i] << (n - s2)))
                     & m
             })

@@ -178,8 +178,10 @@ impl Ctx {
     /// # Errors
     /// [`GateError::PeerMessage`] if the peer's message does not have the expected size.
     pub async fn open(&self, shares: &[u64], bits: u32) -> Result<Vec<u64>, GateError> {
-        let mut v = self.open_many(&[(shares, bits)]).await?;
-        Ok(v.pop().expect("one part"))
+        // (Straight into the result: `open_many` would copy its one part out.)
+        let mut out = vec![0u64; shares.len()];
+        self.open_many_into(&[(shares, bits)], &mut out).await?;
+        Ok(out)
     }
 
     /// Open XOR-shared bits (additive shares in `Z_2`).

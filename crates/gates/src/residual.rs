@@ -368,7 +368,7 @@ impl<M: UnaryFamily, Q: UnaryFamily> Gate for DeferredResidualNorm<M, Q> {
         for i in 0..len {
             // X̂ = ĥ + (x1 >> s) − 2^{n−s−2}; μ = 1 − msb(x1).
             let xh = hh[i].wrapping_add(x1[i] >> s).wrapping_sub(1 << (n - s - 2)) & m;
-            let (cb, mu) = (chat[i] as u64, 1 - (x1[i] >> (n - 1)));
+            let (cb, mu) = (chat[i], 1 - (x1[i] >> (n - 1)));
             let ci = c[i] << up;
             let k = d[i].wrapping_add(cb.wrapping_mul(b[i])).wrapping_add(mu.wrapping_mul(ci));
             shares.push((own * xh).wrapping_add(rxd[i]).wrapping_sub(k.wrapping_sub(d[i])) & m);

@@ -42,21 +42,21 @@ pub(crate) fn deal_masked_bits<R: SplitRng + ?Sized>(
 }
 
 impl MaskedBitKey {
-    /// Open `ĉ = 1{y < α} ⊕ z` at the points `y` (one round).
-    pub async fn open(&self, ctx: &Ctx, y: &[u64]) -> Result<Vec<bool>, GateError> {
+    /// Open `ĉ = 1{y < α} ⊕ z` at the points `y` (one round), as words 0 or 1.
+    pub async fn open(&self, ctx: &Ctx, y: &[u64]) -> Result<Vec<u64>, GateError> {
         let mut lt = vec![CmpShares::default(); y.len()];
         self.cmp.eval(y, &mut lt)?;
-        let shares: Vec<bool> = lt.iter().zip(&self.z).map(|(s, &z)| s.lt.0 ^ z).collect();
-        ctx.open_bits(&shares).await
+        let shares: Vec<u64> = lt.iter().zip(&self.z).map(|(s, &z)| (s.lt.0 ^ z) as u64).collect();
+        ctx.open(&shares, 1).await
     }
 
     /// Open `ĉ_j = 1{y_j < α_{k_j}} ⊕ z_{k_j}`: point `k_j` of the key's batch at `y_j` (one
     /// round; the key holds candidates, the public `k` picks one per element).
-    pub async fn open_indexed(&self, ctx: &Ctx, y: &[u64], k: &[u32]) -> Result<Vec<bool>, GateError> {
+    pub async fn open_indexed(&self, ctx: &Ctx, y: &[u64], k: &[u32]) -> Result<Vec<u64>, GateError> {
         let mut lt = vec![CmpShares::default(); y.len()];
         self.cmp.eval_indexed(k, y, &mut lt)?;
-        let shares: Vec<bool> = lt.iter().zip(k).map(|(s, &k)| s.lt.0 ^ self.z[k as usize]).collect();
-        ctx.open_bits(&shares).await
+        let shares: Vec<u64> = lt.iter().zip(k).map(|(s, &k)| (s.lt.0 ^ self.z[k as usize]) as u64).collect();
+        ctx.open(&shares, 1).await
     }
 
     pub fn read(cmp_bits: u32, party: Party, len: usize, r: &mut BitReader<'_>) -> Result<Self, DecodeError> {
@@ -111,7 +111,11 @@ impl Carry {
     /// Open the masked bits at the points `y` (round 1) and return the selected corrections.
     pub async fn run(&self, ctx: &Ctx, key: &CarryKey, y: &[u64]) -> Result<Vec<u64>, GateError> {
         let opened = key.bit.open(ctx, y).await?;
-        Ok(opened.iter().enumerate().map(|(i, &c)| key.corr[c as usize][i]).collect())
+        Ok(opened
+            .iter()
+            .zip(key.corr[0].iter().zip(&key.corr[1]))
+            .map(|(&c, (&a, &b))| pick(c, a, b))
+            .collect())
     }
 
     pub fn read(&self, party: Party, r: &mut BitReader<'_>) -> Result<CarryKey, DecodeError> {
@@ -120,6 +124,13 @@ impl Carry {
         let b = get_words(r, self.len, self.out_bits)?;
         Ok(CarryKey { shape: *self, bit, corr: [a, b] })
     }
+}
+
+/// `b` if the opened bit `c` (0 or 1) is set, else `a`, without a branch (the bits are coin
+/// flips).
+#[inline(always)]
+fn pick(c: u64, a: u64, b: u64) -> u64 {
+    a ^ ((a ^ b) & c.wrapping_neg())
 }
 
 impl CarryKey {
@@ -344,15 +355,21 @@ impl ArsSlack {
     pub async fn run(&self, ctx: &Ctx, key: &ArsSlackKey, xh: &[u64]) -> Result<Vec<u64>, GateError> {
         self.check()?;
         let (n, s, m) = (self.bits, self.shift, mask(self.out_bits));
+        check_len("inputs", self.len, xh.len())?;
         let x1: Vec<u64> = xh.iter().map(|&x| x.wrapping_add(1 << (n - 2)) & mask(n)).collect();
         let lows: Vec<u64> = x1.iter().map(|&x| x & mask(s)).collect();
-        let corr = self.carry().run(ctx, &key.carry, &lows).await?;
+        let opened = key.carry.bit.open(ctx, &lows).await?;
         let own = party_term(ctx.party());
-        let y: Vec<u64> = (0..self.len)
-            .map(|i| {
-                let public = (x1[i] >> s).wrapping_sub(1 << (n - s - 2));
-                let not_msb = 1 - (x1[i] >> (n - 1));
-                (own * public).wrapping_add(corr[i]).wrapping_add(not_msb * key.wrap[i]) & m
+        let [c0, c1] = &key.carry.corr;
+        let y: Vec<u64> = x1
+            .iter()
+            .zip(&opened)
+            .zip(c0.iter().zip(c1))
+            .zip(&key.wrap)
+            .map(|(((&x, &c), (&a, &b)), &w)| {
+                let public = (x >> s).wrapping_sub(1 << (n - s - 2));
+                let not_msb = 1 - (x >> (n - 1));
+                (own * public).wrapping_add(pick(c, a, b)).wrapping_add(not_msb * w) & m
             })
             .collect();
         ctx.open(&y, self.out_bits).await

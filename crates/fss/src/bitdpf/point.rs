@@ -133,7 +133,6 @@ impl BitDpfKeys {
         }
     }
 
-    /// Evaluate key `i` at `(points[i] − d) mod 2^n` for every `d` of `deltas`, into
     /// Evaluate key `keys.start + i` at `(points[i] − d) mod 2^n` for every `d` of `deltas`,
     /// into `out[i·D + j]` for `deltas[j]` (`D = deltas.len()`). One walk per key reaches the
     /// leaf block of `points[i]`; every point in that block is answered from it (a split
