@@ -276,10 +276,11 @@ impl Families {
     }
 
     /// The carry of the input moved by `offset`: `1[(x̂ + offset) mod 2^f < r mod 2^f]`
-    /// (the carry key read at one more point).
+    /// (the carry key read at one more point). A family without shift reads
+    /// `(x̂ + offset) mod 2^f`, so the offset is the point `β = −offset`: one group of points,
+    /// answered from one read of the carry key's block.
     pub fn carry_at(&mut self, f: u32, offset: u64) -> LinBit {
-        let (c, k) = self.point(0, f, offset, 0);
-        LinBit::term(Term::Lt(c, k))
+        self.lt(f, offset.wrapping_neg() & mask(f))
     }
 
     /// `1[h₀ = j]` on the high key of a split at `f` (`h₀ = x̂_h − r_h`), as

@@ -98,7 +98,8 @@ pub struct OpsBenchArgs {
     /// as the models do, `library::gelu_rows_fine`: the two rows beside 0 halved, read as
     /// a row of the input shifted by half a row; SiLU `library::silu_rows`; 0 keeps the
     /// exactly rounded or `--quantum` spec; `gelu_fine` always reads rows, 0 taking the
-    /// models' `composite::GELU_ROW_BITS`); `e^{−x}`:
+    /// models' `composite::GELU_ROW_BITS`, and `gelu_whole` whole rows, `library::gelu_rows`,
+    /// the models' GeLU before protocol revision 20); `e^{−x}`:
     /// the softmax's table in rows of `2^rows` ulps (`library::nexp_rows_nonneg`, with
     /// `--split true` as the softmax reads it).
     #[arg(long, default_value_t = 0)]
@@ -169,6 +170,7 @@ const OPS: &[(&str, bool, bool)] = &[
     ("lut8", true, false),
     ("gelu", true, true),
     ("gelu_fine", false, true),
+    ("gelu_whole", false, true),
     ("gelu_mode0", true, true),
     ("gelu_tanh", false, true),
     ("silu", true, true),
@@ -680,8 +682,8 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
             a,
             rng,
         ),
-        "gelu" | "gelu_fine" | "gelu_mode0" | "gelu_tanh" | "silu" => {
-            let in_bits = if op == "gelu" || op == "gelu_fine" { m1 } else { n };
+        "gelu" | "gelu_fine" | "gelu_whole" | "gelu_mode0" | "gelu_tanh" | "silu" => {
+            let in_bits = if matches!(op, "gelu" | "gelu_fine" | "gelu_whole") { m1 } else { n };
             let (spec, func) = match op {
                 "silu" if a.rows > 0 => (library::silu_rows(in_bits, n, f, a.rows), Function::Silu),
                 "silu" => (library::silu_coarse(in_bits, n, f, a.quantum), Function::Silu),
@@ -695,6 +697,11 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
                 "gelu_fine" => {
                     let rows = if a.rows > 0 { a.rows } else { composite::GELU_ROW_BITS };
                     (library::gelu_rows_fine(in_bits, n, f, GeluForm::Erf, rows), Function::Gelu)
+                }
+                // Whole rows, the two beside 0 not halved (the models' GeLU before revision 20).
+                "gelu_whole" => {
+                    let rows = if a.rows > 0 { a.rows } else { composite::GELU_ROW_BITS };
+                    (library::gelu_rows(in_bits, n, f, GeluForm::Erf, rows), Function::Gelu)
                 }
                 _ if a.rows > 0 => {
                     (library::gelu_rows_fine(in_bits, n, f, GeluForm::Erf, a.rows), Function::Gelu)
