@@ -336,7 +336,7 @@ pub fn gelu_rows(n_in: u32, l: u32, f: u32, form: GeluForm, s: u32) -> OperatorS
 /// `s = 7` the error is 7.23e-3 (below SIGMA's 7.60e-3; whole rows: 7.67e-3). The halved
 /// rows' values keep the steps at `±2^{s−1}` summing to zero, so the compiler still splits
 /// at `s` and reads those two edges as one row of the input shifted by half a row
-/// (`program::half_rows`): ~23 B more key per element at n = 37 and ~6 % more evaluation
+/// (`program::half_rows`): ~23 B more key per element at n = 37 and ~5 % more evaluation
 /// time than [`gelu_rows`] (before, a split at `s − 1`: 6–31 % more). The models' GeLU
 /// (`composite::gelu`).
 pub fn gelu_rows_fine(n_in: u32, l: u32, f: u32, form: GeluForm, s: u32) -> OperatorSpec {
