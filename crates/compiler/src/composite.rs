@@ -232,7 +232,7 @@ pub const GELU_ROW_BITS: u32 = 7;
 /// (`program::half_rows`: the carry key at one more point, two equality bits of the high
 /// key's window): error 7.23e-3 against 7.67e-3 with whole rows (SIGMA's 8-bit table:
 /// 7.60e-3), for 23 B more key per element and ~5 % more evaluation at n = 37 (`fusefss
-/// bench ops --n 37 --ops gelu,gelu_fine --rows 7 --split true --slack`, CHANGELOG.md).
+/// bench ops --n 37 --ops gelu,gelu_whole --rows 7 --split true --slack`, CHANGELOG.md).
 ///
 /// # Errors
 /// [`SpecError`] for unsupported widths.
