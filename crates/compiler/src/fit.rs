@@ -236,18 +236,16 @@ fn assemble(
         }
     }
     OperatorSpec {
-        name: format!("{}-fit-{intervals}x{degree}", func.name()),
-        in_bits: n,
-        out_bits,
-        signed,
-        slack: false,
         scale: Some(f),
         out_scale: (s_out != f).then_some(s_out),
-        boundaries,
-        pieces: out,
-        atoms: vec![],
-        kappa: vec![],
-        phi: None,
+        ..OperatorSpec::of_pieces(
+            format!("{}-fit-{intervals}x{degree}", func.name()),
+            n,
+            out_bits,
+            signed,
+            boundaries,
+            out,
+        )
     }
 }
 

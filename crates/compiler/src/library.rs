@@ -167,20 +167,7 @@ fn signed_of(x: u64, n: u32) -> i64 {
 }
 
 fn spec(name: String, n: u32, l: u32, signed: bool, scale: u32, b: Vec<u64>, p: Vec<Piece>) -> OperatorSpec {
-    OperatorSpec {
-        name,
-        in_bits: n,
-        out_bits: l,
-        signed,
-        slack: false,
-        scale: Some(scale),
-        out_scale: None,
-        boundaries: b,
-        pieces: p,
-        atoms: vec![],
-        kappa: vec![],
-        phi: None,
-    }
+    OperatorSpec { scale: Some(scale), ..OperatorSpec::of_pieces(name, n, l, signed, b, p) }
 }
 
 /// `ReLU(x) − D(x)` with `D = round(residual)` an even step function that vanishes for

@@ -500,6 +500,32 @@ fn fits(v: i128, bits: u32) -> bool {
 }
 
 impl OperatorSpec {
+    /// A spec of intervals and pieces only: no slack, scales, atoms, `κ` or `Φ` (set them
+    /// with struct update syntax). Not validated.
+    pub fn of_pieces(
+        name: impl Into<String>,
+        in_bits: u32,
+        out_bits: u32,
+        signed: bool,
+        boundaries: Vec<u64>,
+        pieces: Vec<Piece>,
+    ) -> OperatorSpec {
+        OperatorSpec {
+            name: name.into(),
+            in_bits,
+            out_bits,
+            signed,
+            slack: false,
+            scale: None,
+            out_scale: None,
+            boundaries,
+            pieces,
+            atoms: vec![],
+            kappa: vec![],
+            phi: None,
+        }
+    }
+
     /// Parse and validate a JSON spec.
     ///
     /// # Errors
@@ -892,23 +918,17 @@ mod tests {
     use super::*;
 
     fn relu() -> OperatorSpec {
-        OperatorSpec {
-            name: "relu".into(),
-            in_bits: 8,
-            out_bits: 8,
-            signed: true,
-            slack: false,
-            scale: None,
-            out_scale: None,
-            boundaries: vec![0, 128],
-            pieces: vec![
+        OperatorSpec::of_pieces(
+            "relu",
+            8,
+            8,
+            true,
+            vec![0, 128],
+            vec![
                 Piece { polys: vec![vec![0, 1]], ..Piece::default() },
                 Piece { polys: vec![vec![0]], ..Piece::default() },
             ],
-            atoms: vec![],
-            kappa: vec![],
-            phi: None,
-        }
+        )
     }
 
     #[test]

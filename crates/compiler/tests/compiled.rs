@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{all_options, base, exhaustive, rng};
+use common::{all_options, exhaustive, rng};
 use compiler::program::{CmpBackend, CompileOptions, LookupBackend};
 use compiler::spec::{Atom, BoolExpr, Node, OperatorSpec, Output, Phi, Piece};
 use compiler::{CompiledGate, compile};
@@ -28,18 +28,21 @@ fn pieces(polys: &[&[i128]]) -> Vec<Piece> {
 fn relu_same_width() {
     // Step bits and DCF, each with both comparison keyings, each whole or split at the
     // boundaries' alignment (2^5); step bits also with the split in runs.
-    assert_eq!(all_backends(&base("relu", 6, 6, true, vec![0, 32], pieces(&[&[0, 1], &[0]]))), 10);
+    assert_eq!(
+        all_backends(&OperatorSpec::of_pieces("relu", 6, 6, true, vec![0, 32], pieces(&[&[0, 1], &[0]]))),
+        10
+    );
 }
 
 #[test]
 fn relu_lifted_to_a_wider_ring() {
-    all_backends(&base("relu-lift", 6, 11, true, vec![0, 32], pieces(&[&[0, 1], &[0]])));
-    all_backends(&base("id-unsigned-lift", 5, 9, false, vec![0], pieces(&[&[3, 1]])));
+    all_backends(&OperatorSpec::of_pieces("relu-lift", 6, 11, true, vec![0, 32], pieces(&[&[0, 1], &[0]])));
+    all_backends(&OperatorSpec::of_pieces("id-unsigned-lift", 5, 9, false, vec![0], pieces(&[&[3, 1]])));
 }
 
 #[test]
 fn polynomials_of_degree_two() {
-    let s = base(
+    let s = OperatorSpec::of_pieces(
         "quad",
         6,
         8,
@@ -58,18 +61,18 @@ fn step_functions_use_tables() {
         .iter()
         .map(|&v| Piece { polys: vec![vec![v]], consts: vec![v * 3], ..Piece::default() })
         .collect();
-    assert_eq!(all_backends(&base("steps", 6, 10, false, b, p)), 6);
+    assert_eq!(all_backends(&OperatorSpec::of_pieces("steps", 6, 10, false, b, p)), 6);
     // Rows of 2^3 covering the whole domain: a reduced view applies, and every backend
     // but the DCF also runs split at 2^3 (step bits also in runs).
     let b: Vec<u64> = (0..8).map(|i| i * 8).collect();
     let p: Vec<Piece> =
         (0..8).map(|i| Piece { polys: vec![vec![(i * 37 % 50) as i128]], ..Piece::default() }).collect();
-    assert_eq!(all_backends(&base("rows", 6, 9, false, b, p)), 16);
+    assert_eq!(all_backends(&OperatorSpec::of_pieces("rows", 6, 9, false, b, p)), 16);
 }
 
 #[test]
 fn boolean_outputs_and_atoms() {
-    let mut s = base("bools", 6, 6, false, vec![0, 10, 33], pieces(&[&[1], &[2], &[3]]));
+    let mut s = OperatorSpec::of_pieces("bools", 6, 6, false, vec![0, 10, 33], pieces(&[&[1], &[2], &[3]]));
     s.atoms =
         vec![Atom::Lt { beta: 21 }, Atom::LtLow { bits: 3, gamma: 5 }, Atom::Msb, Atom::MsbAdd { offset: 7 }];
     s.pieces[0].bools = vec![BoolExpr::Const(true), BoolExpr::Atom(1)];
@@ -90,7 +93,7 @@ fn phi(nodes: Vec<Node>, outputs: Vec<Output>) -> Option<Phi> {
 fn exact_shifts() {
     for (n, f) in [(8u32, 3u32), (7, 1), (9, 5)] {
         for signed in [true, false] {
-            let mut s = base("shr", n, n, signed, vec![0], vec![Piece::default()]);
+            let mut s = OperatorSpec::of_pieces("shr", n, n, signed, vec![0], vec![Piece::default()]);
             s.phi = phi(vec![Node::Shr { bits: f }], vec![Output::Arith(0)]);
             all_backends(&s);
             // With the sign (ARS + sign from one opening).
@@ -103,14 +106,21 @@ fn exact_shifts() {
         }
     }
     // Truncate-reduce: an unsigned shift into a narrower ring.
-    let mut s = base("tr", 9, 5, false, vec![0], vec![Piece::default()]);
+    let mut s = OperatorSpec::of_pieces("tr", 9, 5, false, vec![0], vec![Piece::default()]);
     s.phi = phi(vec![Node::Shr { bits: 4 }], vec![Output::Arith(0)]);
     all_backends(&s);
 }
 
 #[test]
 fn phi_products_selects_and_kappa() {
-    let mut s = base("phi", 6, 8, true, vec![0, 16, 32, 48], pieces(&[&[3, 1], &[-2, 2], &[0, -1], &[5]]));
+    let mut s = OperatorSpec::of_pieces(
+        "phi",
+        6,
+        8,
+        true,
+        vec![0, 16, 32, 48],
+        pieces(&[&[3, 1], &[-2, 2], &[0, -1], &[5]]),
+    );
     s.kappa = vec![77];
     s.atoms = vec![Atom::Lt { beta: 40 }, Atom::Msb];
     s.pieces.iter_mut().for_each(|p| p.consts = vec![7]);
@@ -138,7 +148,14 @@ fn phi_products_selects_and_kappa() {
 
 #[test]
 fn key_shapes_do_not_depend_on_the_mask() {
-    let mut s = base("shape", 8, 8, true, vec![0, 5, 128, 200], pieces(&[&[1, 1], &[2], &[0, 3], &[4]]));
+    let mut s = OperatorSpec::of_pieces(
+        "shape",
+        8,
+        8,
+        true,
+        vec![0, 5, 128, 200],
+        pieces(&[&[1, 1], &[2], &[0, 3], &[4]]),
+    );
     s.atoms = vec![Atom::Lt { beta: 9 }];
     s.pieces.iter_mut().for_each(|p| p.bools = vec![BoolExpr::Atom(0)]);
     let mut d = s.clone();

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{all_options, base, exhaustive, full_width};
+use common::{all_options, exhaustive, full_width};
 use compiler::CompileOptions;
 use compiler::library::*;
 use compiler::spec::OperatorSpec;
@@ -135,7 +135,7 @@ fn half_rows_at_small_width() {
             .iter()
             .map(|&v| compiler::spec::Piece { polys: vec![vec![v, 1]], ..Default::default() })
             .collect();
-        let spec = base(&format!("half-rows-{i}"), n, l, false, boundaries, pieces);
+        let spec = OperatorSpec::of_pieces(format!("half-rows-{i}"), n, l, false, boundaries, pieces);
         spec.validate().unwrap();
         let split = CompileOptions { split: Some(true), ..CompileOptions::default() };
         let p = compiler::compile(&spec, split).unwrap();

@@ -28,20 +28,7 @@ fn exhaustive_with_masks(program: Arc<Program>, n: u32, out_bits: u32, near: [u6
 fn step_spec(name: &str, n: u32, boundaries: Vec<u64>, value: impl Fn(usize) -> i128) -> OperatorSpec {
     let pieces =
         (0..boundaries.len()).map(|i| Piece { polys: vec![vec![value(i)]], ..Piece::default() }).collect();
-    OperatorSpec {
-        name: name.into(),
-        in_bits: n,
-        out_bits: 16,
-        signed: false,
-        slack: false,
-        scale: None,
-        out_scale: None,
-        boundaries,
-        pieces,
-        atoms: vec![],
-        kappa: vec![],
-        phi: None,
-    }
+    OperatorSpec::of_pieces(name, n, 16, false, boundaries, pieces)
 }
 
 /// Thresholds dense just below `2^n` and just above 0 make one run that wraps past

@@ -14,7 +14,7 @@ use super::ir::{
     CmpBackend, DcfPlan, Exchange, LeafMux, Limits, LookupBackend, LookupPlan, MAX_TABLE_BITS, Program,
     TablePlan,
 };
-use super::prep::{alignment_runs, half_rows};
+use super::prep::{alignment_runs, coefficient, constant, half_rows, poly_len};
 use super::words::Builder;
 use crate::predicate::{
     Families, FullWidth, LinBit, SplitBit, low_step_bit, renumber, step_bits, step_bits_high,
@@ -431,12 +431,11 @@ impl<'a> Lower<'a> {
         let (l, np, nc) = (self.l(), s.poly_count(), s.const_count());
         let mut x: Option<Sym> = None;
         for j in 0..np {
-            let deg = s.pieces.iter().map(|p| p.polys[j].len()).max().unwrap_or(1);
+            let deg = poly_len(s, j);
             let mut p = Sym::zero(l);
             let mut xk = Sym::constant(l, 1);
             for k in 0..deg {
-                let vals: Vec<u64> =
-                    s.pieces.iter().map(|p| word(p.polys[j].get(k).copied().unwrap_or(0), l)).collect();
+                let vals = coefficient(s, j, k);
                 if k == 1
                     && deg == 2
                     && let Some(t) = self.prefix_times_lift(&vals)?
@@ -455,8 +454,7 @@ impl<'a> Lower<'a> {
             self.polys.push(p);
         }
         for j in 0..nc {
-            let vals: Vec<u64> = s.pieces.iter().map(|p| word(p.consts[j], l)).collect();
-            let c = self.step_sym(&vals)?;
+            let c = self.step_sym(&constant(s, j))?;
             self.consts.push(c);
         }
         self.piece_bools(true)?;

@@ -106,6 +106,21 @@ pub(super) fn half_rows(n: u32, f: u32, starts: &[u64], vals: &[u64], l: u32) ->
     Some(HalfRows { starts, vals, first_row: first, weights })
 }
 
+/// Coefficients polynomial `j` has in its longest piece.
+pub(super) fn poly_len(spec: &OperatorSpec, j: usize) -> usize {
+    spec.pieces.iter().map(|p| p.polys[j].len()).max().unwrap_or(1)
+}
+
+/// Coefficient `k` of polynomial `j` on every interval, in `Z_{2^ℓ}` (0 past a piece's degree).
+pub(super) fn coefficient(spec: &OperatorSpec, j: usize, k: usize) -> Vec<u64> {
+    spec.pieces.iter().map(|p| word(p.polys[j].get(k).copied().unwrap_or(0), spec.out_bits)).collect()
+}
+
+/// Constant `j` on every interval, in `Z_{2^ℓ}`.
+pub(super) fn constant(spec: &OperatorSpec, j: usize) -> Vec<u64> {
+    spec.pieces.iter().map(|p| word(p.consts[j], spec.out_bits)).collect()
+}
+
 /// A split one bit coarser than the boundaries' alignment, reading the few boundaries at
 /// odd multiples of `2^{f−1}` as rows of the input shifted by half a row ([`half_rows`]):
 /// `f` if every coefficient and constant of `spec` decomposes so and one of them needs it.
@@ -119,15 +134,9 @@ pub(super) fn half_row_shift(spec: &OperatorSpec) -> Option<u32> {
     }
     let mut series: Vec<Vec<u64>> = vec![];
     for j in 0..spec.poly_count() {
-        let deg = spec.pieces.iter().map(|p| p.polys[j].len()).max().unwrap_or(1);
-        for k in 0..deg {
-            series
-                .push(spec.pieces.iter().map(|p| word(p.polys[j].get(k).copied().unwrap_or(0), l)).collect());
-        }
+        series.extend((0..poly_len(spec, j)).map(|k| coefficient(spec, j, k)));
     }
-    for j in 0..spec.const_count() {
-        series.push(spec.pieces.iter().map(|p| word(p.consts[j], l)).collect());
-    }
+    series.extend((0..spec.const_count()).map(|j| constant(spec, j)));
     let mut any = false;
     for vals in &series {
         any |= !half_rows(n, f, &spec.boundaries, vals, l)?.weights.is_empty();

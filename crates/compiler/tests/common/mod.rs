@@ -6,7 +6,7 @@ pub mod random;
 use std::sync::Arc;
 
 use compiler::program::{CmpBackend, CompileOptions, LookupBackend};
-use compiler::spec::{OperatorSpec, Piece};
+use compiler::spec::OperatorSpec;
 use compiler::{CompiledGate, compile};
 use fss::ring::mask;
 use fss::rng::{DealerRng, Rng, SeedableRng};
@@ -144,29 +144,4 @@ pub fn all_options(spec: &OperatorSpec) -> Vec<CompileOptions> {
         }
     }
     out
-}
-
-/// A spec without atoms, constants or `Φ`: its boundaries and pieces.
-pub fn base(
-    name: &str,
-    n: u32,
-    l: u32,
-    signed: bool,
-    boundaries: Vec<u64>,
-    pieces: Vec<Piece>,
-) -> OperatorSpec {
-    OperatorSpec {
-        name: name.into(),
-        in_bits: n,
-        out_bits: l,
-        signed,
-        slack: false,
-        scale: None,
-        out_scale: None,
-        boundaries,
-        pieces,
-        atoms: vec![],
-        kappa: vec![],
-        phi: None,
-    }
 }
