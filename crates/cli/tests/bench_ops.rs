@@ -79,7 +79,7 @@ fn sigma_rows_are_exact_with_sigma_round_counts() {
 /// depend on the element count).
 #[test]
 fn compiled_rows_beat_sigma_rows() {
-    let ops = "ars_exact,ars_sign,gelu,silu,nexp,reciprocal,rsqrt,softmax,layernorm";
+    let ops = "ars_exact,ars_sign,gelu,silu,nexp,nexp_interp,reciprocal,rsqrt,softmax,layernorm";
     let rows = json_rows(&[
         "bench",
         "ops",
@@ -110,6 +110,11 @@ fn compiled_rows_beat_sigma_rows() {
         assert!(f(&c, "rounds") < f(&s, "rounds"), "{op}");
         assert!(f(&c, "max_abs_err") <= f(&s, "max_abs_err"), "{op}");
     }
+    // `e^{−x}` interpolated in rows: below SIGMA's error too, for less key.
+    let (s, c) = (get("nexp", "sigma"), get("nexp_interp", "fusefss"));
+    assert!(f(&c, "key_bytes_per_elem") <= 0.8 * f(&s, "key_bytes_per_elem"), "{c} vs {s}");
+    assert!(f(&c, "rounds") < f(&s, "rounds"));
+    assert!(f(&c, "max_abs_err") <= f(&s, "max_abs_err"), "{c} vs {s}");
     let (s, c) = (get("ars_exact", "sigma"), get("ars_exact", "fusefss"));
     assert!(f(&c, "key_bytes_per_elem") <= f(&s, "key_bytes_per_elem"));
     assert!(f(&c, "comm_bytes_per_elem") <= 0.9 * f(&s, "comm_bytes_per_elem"));

@@ -550,6 +550,63 @@ fn nexp_rows_in(n_in: u32, l: u32, f: u32, s: u32, signed: bool) -> OperatorSpec
     spec(name, n_in, l, false, f, b, p)
 }
 
+/// `e^{−x}` at scale `f + t` (`t` more fractional bits than the input at scale `f`) for a
+/// slack input (`|x| < 2^{n_in−2}`; negative `x` read 1), linear in rows of `2^s` ulps that
+/// join up ([`Node::Interp`]): row `k` starts at the value where row `k − 1` ends, with the
+/// integer slope (at scale `f + t`, per ulp) that brings its end closest to `e^{−x}` at the
+/// next row's start. The rows' starts track `e^{−x}` within `2^{s−1}` units, so the error is
+/// about `2^{s−1−t}` ulps at scale `f` (with `s = 7, t = 5`: 2 ulps, where rows of 32 ulps
+/// read as steps err by 16), and a split at `s` reads each row's value without its carry.
+/// Needs `1 ≤ s ≤ n_in − 2` and `f + t < l`.
+pub fn nexp_interp(n_in: u32, l: u32, f: u32, s: u32, t: u32) -> OperatorSpec {
+    assert!((1..=n_in.saturating_sub(2)).contains(&s) && f + t < l, "bad e^-x interpolation");
+    let scale = (1u64 << (f + t)) as f64;
+    let y = |x: u64| (-(x as f64) / (1u64 << f) as f64).exp() * scale;
+    let row = 1u64 << s;
+    let top = half(n_in) >> 1;
+    // Rows until the value and the function have both reached 0 (within half an ulp at
+    // scale `f`), then that value up to the slack's end and beyond.
+    let (mut starts, mut pieces) = (vec![], vec![]);
+    let mut a = 1i64 << (f + t);
+    let mut k = 0u64;
+    loop {
+        let next = y((k + 1) * row);
+        let slope = (((a as f64 - next) / row as f64).round() as i64).max(0);
+        // (A flat row that repeats the one before it extends that row's interval.)
+        if slope != 0 || pieces.last() != Some(&(a, 0)) {
+            starts.push(k * row);
+            pieces.push((a, slope));
+        }
+        a -= slope * row as i64;
+        k += 1;
+        let flat = slope == 0 && 2 * a <= 1 << t && 2.0 * y(k * row) < (1u64 << t) as f64;
+        if flat || k * row >= top {
+            break;
+        }
+    }
+    if k * row < half(n_in) && pieces.last() != Some(&(a, 0)) {
+        starts.push(k * row);
+        pieces.push((a, 0));
+    }
+    // Negative inputs: 1 (joins row 0, which a slack input reads from the row below it).
+    starts.push(half(n_in));
+    pieces.push((1i64 << (f + t), 0));
+    let pieces = pieces
+        .into_iter()
+        .map(|(v, slope)| Piece { consts: vec![v as i128, slope as i128], ..Piece::default() })
+        .collect();
+    let mut spec =
+        OperatorSpec::of_pieces(format!("nexp-interp{s}-{t}-{n_in}"), n_in, l, true, starts, pieces);
+    spec.slack = true;
+    spec.scale = Some(f);
+    spec.out_scale = Some(f + t);
+    spec.phi = Some(Phi {
+        nodes: vec![Node::Interp { value: 0, slope: 1, bits: s }],
+        outputs: vec![Output::Arith(0)],
+    });
+    spec
+}
+
 /// [`reciprocal`] on a grid of `m` mantissa bits: `2^m` cells per octave of `S ≥ 1` (cell
 /// `[a, b)` holds the rounded midpoint of `1/S` over it, relative error about `2^{−m−1}`),
 /// `S < 1` reads as 1, and the cell below `2^{f−m}` holds `1/cols` (`S = cols` wraps to 0).

@@ -236,6 +236,25 @@ pub enum Node {
         /// Shift, `1 ≤ bits < in_bits`.
         bits: u32,
     },
+    /// `x mod 2^bits`: the input's offset in its row of `2^bits` values, in `[0, 2^bits)`
+    /// (for a piece that is a polynomial in the offset within its row: an interpolated table).
+    Low {
+        /// Row width, `1 ≤ bits < in_bits` (at most `in_bits − 2` with slack).
+        bits: u32,
+    },
+    /// `value − slope·(x mod 2^bits)` for the active piece's constants `value` and `slope`:
+    /// a table read in rows of `2^bits` and interpolated linearly in each row. When the
+    /// rows join up (each row's value is where the row before it ends, `v_k = v_{k−1} −
+    /// 2^bits·s_{k−1}`, cyclically, and a row that does not start an interval has slope 0
+    /// mod `2^ℓ / 2^bits`), a split comparison reads `value` without its carry.
+    Interp {
+        /// The constant holding the value at the row's start.
+        value: usize,
+        /// The constant holding the slope (per unit of `x`).
+        slope: usize,
+        /// Row width, `1 ≤ bits < in_bits` (at most `in_bits − 2` with slack).
+        bits: u32,
+    },
     /// Boolean output `index` of the active piece.
     Bool {
         /// Which formula.
@@ -322,7 +341,9 @@ impl Node {
             | Node::Mul { .. }
             | Node::B2a { .. }
             | Node::Select { .. }
-            | Node::Shr { .. } => Kind::Arith,
+            | Node::Shr { .. }
+            | Node::Low { .. }
+            | Node::Interp { .. } => Kind::Arith,
             _ => Kind::Bool,
         }
     }
@@ -342,6 +363,8 @@ impl Node {
             Node::B2a { .. } => "b2a",
             Node::Select { .. } => "select",
             Node::Shr { .. } => "shr",
+            Node::Low { .. } => "low",
+            Node::Interp { .. } => "interp",
             Node::Bool { .. } => "bool",
             Node::Atom { .. } => "atom",
             Node::Bit { .. } => "bit",
@@ -610,12 +633,13 @@ impl OperatorSpec {
             }
             // (A shift reads `u = x + 2^{n−2}`, whose wrap is local; it must leave the
             // slack range's bits: `bits ≤ n − 2`.)
-            if self
-                .phi
-                .as_ref()
-                .is_some_and(|p| p.nodes.iter().any(|v| matches!(*v, Node::Shr { bits } if bits > n - 2)))
-            {
-                return bad("a shift by more than n − 2 bits");
+            if self.phi.as_ref().is_some_and(|p| {
+                p.nodes.iter().any(|v| {
+                    matches!(*v, Node::Shr { bits } | Node::Low { bits } | Node::Interp { bits, .. }
+                            if bits > n - 2)
+                })
+            }) {
+                return bad("a shift or row offset of more than n − 2 bits");
             }
         }
         for (i, a) in self.atoms.iter().enumerate() {
@@ -769,6 +793,12 @@ impl OperatorSpec {
                 Node::Shr { bits } if bits == 0 || bits >= self.in_bits => {
                     return bad(format!("shift {bits} must be in 1..{}", self.in_bits));
                 }
+                Node::Low { bits } | Node::Interp { bits, .. } if bits == 0 || bits >= self.in_bits => {
+                    return bad(format!("row width {bits} must be in 1..{}", self.in_bits));
+                }
+                Node::Interp { value, slope, .. } if value.max(slope) >= self.const_count() => {
+                    return bad(format!("constant {} does not exist", value.max(slope)));
+                }
                 _ => {}
             }
         }
@@ -892,6 +922,10 @@ impl OperatorSpec {
                     V::A(if b(&vals, bit) { a(&vals, p) } else { a(&vals, q) })
                 }
                 Node::Shr { bits } => V::A(self.shr(x, bits)),
+                Node::Low { bits } => V::A(x & mask(bits) & m),
+                Node::Interp { value, slope, bits } => {
+                    V::A(consts[value].wrapping_sub(consts[slope].wrapping_mul(x & mask(bits))) & m)
+                }
                 Node::Bool { index } => V::B(bools[index]),
                 Node::Atom { index } => V::B(self.atom(self.atoms[index], x)),
                 Node::Bit { value } => V::B(value),
@@ -988,6 +1022,41 @@ mod tests {
         s.phi = Some(Phi { nodes: vec![Node::X], outputs: vec![Output::Bool(0)] });
         assert!(matches!(s.validate(), Err(SpecError::Phi { .. })));
         assert!(matches!(OperatorSpec::from_json("{\"name\": 3}"), Err(SpecError::Json(_))));
+        // Rows of an interpolated table: widths in 1..n, constants that exist, slack room.
+        for node in
+            [Node::Low { bits: 0 }, Node::Low { bits: 8 }, Node::Interp { value: 0, slope: 0, bits: 9 }]
+        {
+            let mut s = relu();
+            s.pieces.iter_mut().for_each(|p| p.consts = vec![1]);
+            s.phi = Some(Phi { nodes: vec![node.clone()], outputs: vec![Output::Arith(0)] });
+            assert!(matches!(s.validate(), Err(SpecError::Phi { node: 0, .. })), "{node:?}");
+        }
+        let mut s = relu();
+        s.pieces.iter_mut().for_each(|p| p.consts = vec![1]);
+        s.phi = Some(Phi {
+            nodes: vec![Node::Interp { value: 0, slope: 1, bits: 3 }],
+            outputs: vec![Output::Arith(0)],
+        });
+        assert!(matches!(s.validate(), Err(SpecError::Phi { node: 0, .. })));
+        let mut s = relu();
+        s.slack = true;
+        s.phi = Some(Phi { nodes: vec![Node::Low { bits: 7 }], outputs: vec![Output::Arith(0)] });
+        assert!(matches!(s.validate(), Err(SpecError::Width(_))));
+    }
+
+    /// `low` and `interp` read from JSON, and mean the offset in the row and the row's line.
+    #[test]
+    fn rows_interpolated_in_json() {
+        let text = r#"{"name": "lines", "in_bits": 6, "out_bits": 10, "boundaries": [0, 8, 16],
+            "pieces": [{"consts": [40, 2]}, {"consts": [24, 0]}, {"consts": [24, -3]}],
+            "phi": {"nodes": [{"op": "interp", "value": 0, "slope": 1, "bits": 3}, {"op": "low", "bits": 3}],
+                    "outputs": [{"arith": 0}, {"arith": 1}]}}"#;
+        let s = OperatorSpec::from_json(text).unwrap();
+        s.validate().unwrap();
+        assert_eq!(OperatorSpec::from_json(&s.to_json()).unwrap(), s);
+        assert_eq!(s.eval(5).arith, vec![30, 5]);
+        assert_eq!(s.eval(12).arith, vec![24, 4]);
+        assert_eq!(s.eval(63).arith, vec![24 + 3 * 7, 7]);
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub enum PVar {
     Beaver(u32),
     /// The public bit `1[x̂ < β]`.
     XHatBelow(u64),
+    /// `x̂ mod 2^f`: the masked input's offset in its row of `2^f`.
+    XHatLow(u32),
 }
 
 /// A value only the dealer knows, or a party-local share.

@@ -265,3 +265,111 @@ fn composite_softmax_in_a_narrow_ring_changes_no_value() {
         }
     }
 }
+
+/// A table in rows of `2^f` interpolated linearly (`Node::Interp`): values `v` and slopes
+/// `s` per row, one interval per row but where a flat row repeats the one before it.
+fn interp_table(name: &str, n: u32, f: u32, l: u32, v: &[i128], s: &[i128]) -> OperatorSpec {
+    let (mut starts, mut p): (Vec<u64>, Vec<Piece>) = (vec![], vec![]);
+    for k in 0..v.len() {
+        let piece = Piece { consts: vec![v[k], s[k]], ..Piece::default() };
+        if s[k] == 0 && p.last() == Some(&piece) {
+            continue;
+        }
+        starts.push((k as u64) << f);
+        p.push(piece);
+    }
+    let mut spec = OperatorSpec::of_pieces(name, n, l, false, starts, p);
+    spec.phi = phi(vec![Node::Interp { value: 0, slope: 1, bits: f }], vec![Output::Arith(0)]);
+    spec
+}
+
+/// Values and slopes of rows that join up, cyclically: `v_{k+1} = v_k − 2^f·s_k`, the last
+/// slope closing the loop; a run of flat rows in the middle.
+fn joined_rows(rows: usize, f: u32, seed: u64) -> (Vec<i128>, Vec<i128>) {
+    let mut r = rng(seed);
+    let mut s: Vec<i128> = (0..rows - 1)
+        .map(|k| if (rows / 3..rows / 2).contains(&k) { 0 } else { (r.next_u64() % 7) as i128 - 3 })
+        .collect();
+    s.push(-s.iter().sum::<i128>());
+    let mut v = vec![(r.next_u64() % 200) as i128];
+    for k in 0..rows - 1 {
+        v.push(v[k] - (s[k] << f));
+    }
+    (v, s)
+}
+
+#[test]
+fn interpolated_rows() {
+    let (n, f, l) = (7u32, 3u32, 12u32);
+    let (v, s) = joined_rows(1 << (n - f), f, 5);
+    let joined = interp_table("interp-joined", n, f, l, &v, &s);
+    all_backends(&joined);
+    // One row's value moved: the rows no longer join and the carry is read.
+    let mut v2 = v.clone();
+    v2[5] += 3;
+    all_backends(&interp_table("interp-apart", n, f, l, &v2, &s));
+    // The offset in the row in `Φ` next to other nodes: `3·(x mod 8) + c` and a product.
+    let mut lo =
+        OperatorSpec::of_pieces("low", 6, 10, true, vec![0, 8, 40], pieces(&[&[1, 2], &[5], &[0, -1]]));
+    lo.pieces.iter_mut().enumerate().for_each(|(i, p)| p.consts = vec![i as i128 * 11 - 7]);
+    lo.phi = phi(
+        vec![
+            Node::Low { bits: 3 },       // 0
+            Node::Scale { a: 0, by: 3 }, // 1
+            Node::Aux { index: 0 },      // 2
+            Node::Add { a: 1, b: 2 },    // 3
+            Node::Poly { index: 0 },     // 4
+            Node::Mul { a: 0, b: 4 },    // 5
+        ],
+        vec![Output::Arith(3), Output::Arith(5)],
+    );
+    all_backends(&lo);
+}
+
+/// A slack `e^{−x}` read from joined rows (`library::nexp_interp` at small widths).
+#[test]
+fn interpolated_exp_with_slack() {
+    let spec = compiler::library::nexp_interp(8, 10, 2, 2, 2);
+    spec.validate().unwrap();
+    all_backends(&spec);
+}
+
+/// With rows that join up, a split reads the value without its carry: fewer opened bits
+/// and fewer words than the same table written as `v − s·(x mod 2^f)` node by node, or
+/// with rows that do not join.
+#[test]
+fn joined_rows_read_no_carry_term() {
+    let (n, f, l) = (10u32, 4u32, 16u32);
+    let (v, s) = joined_rows(1 << (n - f), f, 9);
+    let split = CompileOptions {
+        split: Some(true),
+        lookup: Some(LookupBackend::StepBits),
+        ..CompileOptions::default()
+    };
+    let joined = interp_table("joined", n, f, l, &v, &s);
+    let mut spelled = joined.clone();
+    spelled.phi = phi(
+        vec![
+            Node::Aux { index: 0 },
+            Node::Aux { index: 1 },
+            Node::Low { bits: f },
+            Node::Mul { a: 1, b: 2 },
+            Node::Sub { a: 0, b: 3 },
+        ],
+        vec![Output::Arith(4)],
+    );
+    let mut v2 = v.clone();
+    v2[7] += 1;
+    let apart = interp_table("apart", n, f, l, &v2, &s);
+    let cost = |spec: &OperatorSpec| {
+        let p = compile(spec, split).unwrap();
+        assert_eq!(p.cost().rounds, 2, "{}", spec.name);
+        (p.opened.len(), p.words.len())
+    };
+    let (fast, slow, other) = (cost(&joined), cost(&spelled), cost(&apart));
+    assert!(fast.0 < slow.0 && fast.1 < slow.1, "joined {fast:?} against spelled out {slow:?}");
+    assert!(fast.0 < other.0, "joined {fast:?} against rows apart {other:?}");
+    for spec in [&joined, &spelled, &apart] {
+        exhaustive(spec, split, 3);
+    }
+}

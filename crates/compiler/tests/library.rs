@@ -32,6 +32,7 @@ fn small() -> Vec<OperatorSpec> {
         nexp(10, 14, 4),
         nexp_rows(10, 14, 4, 2),
         nexp_rows_nonneg(10, 14, 4, 2),
+        nexp_interp(9, 12, 3, 2, 2),
         reciprocal(4, 8, 12),
         reciprocal_grid(4, 8, 12, 2),
         rsqrt(12, 14, 2, 4),
@@ -242,6 +243,29 @@ fn full_width_at_37_and_50() {
             full_width(s, split, 300, (n as u64) << 8 | 64 | i as u64);
             full_width(s, CompileOptions::default(), 100, (n as u64) << 8 | 96 | i as u64);
         }
+    }
+}
+
+/// `e^{−x}` interpolated in joined rows (`nexp_interp`): within `2^{s−1−t}` ulps of scale
+/// `f` plus a little (2 ulps with the bench's rows of `2^7` and 5 more bits; rows of 32 read
+/// as steps err by 16), 1 on negative inputs, and exact against its spec at full width.
+#[test]
+fn interpolated_exp() {
+    let f = 12;
+    for (n, s, t, bound) in [(37u32, 7u32, 5u32, 2.05), (50, 6, 5, 1.05)] {
+        let spec = nexp_interp(n - f + 3, n, f, s, t);
+        spec.validate().unwrap();
+        let one = (1u64 << f) as f64;
+        let worst = (0..32u64 << f)
+            .map(|x| {
+                (spec.eval(x).arith[0] as f64 / (1u64 << t) as f64 - (-(x as f64) / one).exp() * one).abs()
+            })
+            .fold(0.0, f64::max);
+        assert!(worst <= bound, "n = {n}: error {worst} ulps");
+        let neg = (1u64 << (n - f + 3)) - 5;
+        assert_eq!(spec.eval(neg).arith[0], 1u64 << (f + t));
+        let split = CompileOptions { split: Some(true), ..CompileOptions::default() };
+        full_width(&spec, split, 300, n as u64);
     }
 }
 

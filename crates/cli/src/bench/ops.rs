@@ -178,6 +178,7 @@ const OPS: &[(&str, bool, bool)] = &[
     ("tanh", false, true),
     ("clip", false, true),
     ("nexp", true, true),
+    ("nexp_interp", false, true),
     ("reciprocal", true, true),
     ("rsqrt", true, true),
     ("softmax", true, true),
@@ -741,6 +742,23 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
                 format!("{e}, x in [0, 32), input fits {} bits, {} intervals", m1 + 2, spec.pieces.len());
             run_compiled(op, &spec, nexp_inputs(rng, e, f), shape, Some(err), a, rng)
         }
+        "nexp_interp" => {
+            // `e^{−x}` linear in rows (`library::nexp_interp`), at scale f + t, read with
+            // slack on one bit more than `nexp` (the same inputs) and, unless `--split`
+            // says otherwise, split at its rows.
+            let (s, t) = (NEXP_INTERP_ROW_BITS, NEXP_INTERP_EXTRA_BITS);
+            let spec = library::nexp_interp(m1 + 3, n, f, s, t);
+            let plain = eval(&spec);
+            let err = (0..32 * one)
+                .map(|v| (decode(plain(v as u64), n, f + t) - (-(v as f64) / one as f64).exp()).abs())
+                .fold(0.0, f64::max);
+            let shape = format!(
+                "{e}, x in [0, 32), rows of 2^{s}, out at scale f + {t}, {} intervals",
+                spec.pieces.len()
+            );
+            let a = OpsBenchArgs { split: a.split.or(Some(true)), ..a.clone() };
+            run_compiled(op, &spec, nexp_inputs(rng, e, f), shape, Some(err), &a, rng)
+        }
         "reciprocal" => {
             let spec = library::reciprocal(f, 128, n);
             let err = scan_error(one, 128 * one + 1, ring, f, eval(&spec), |v| 1.0 / v);
@@ -779,6 +797,11 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
         other => bail!("no compiled operator {other}"),
     }
 }
+
+/// Rows of `nexp_interp`'s `e^{−x}` (`2^7` ulps) and its extra fractional bits (5): error
+/// about 2 ulps at scale `f`.
+const NEXP_INTERP_ROW_BITS: u32 = 7;
+const NEXP_INTERP_EXTRA_BITS: u32 = 5;
 
 /// Softmax shapes: 128 columns (or a square causal matrix) holding `elements` entries.
 fn softmax_case(

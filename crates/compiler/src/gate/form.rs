@@ -31,6 +31,7 @@ pub(super) fn static_pvar(v: PVar, n: u32) -> Option<Box<dyn Fn(u64) -> u64>> {
     match v {
         PVar::XHat => Some(Box::new(|x| x)),
         PVar::XHatBelow(beta) => Some(Box::new(move |x| (x < beta) as u64)),
+        PVar::XHatLow(f) => Some(Box::new(move |x| x & mask(f))),
         PVar::XHatShr { offset, shift } => {
             Some(Box::new(move |x| (x.wrapping_add(offset) & mask(n)) >> shift))
         }

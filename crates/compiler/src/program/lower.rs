@@ -14,12 +14,12 @@ use super::ir::{
     CmpBackend, DcfPlan, Exchange, LeafMux, Limits, LookupBackend, LookupPlan, MAX_TABLE_BITS, Program,
     TablePlan,
 };
-use super::prep::{alignment_runs, coefficient, constant, half_rows, poly_len};
+use super::prep::{alignment_runs, coefficient, constant, half_rows, poly_len, rows_join};
 use super::words::Builder;
 use crate::predicate::{
     Families, FullWidth, LinBit, SplitBit, low_step_bit, renumber, step_bits, step_bits_high,
 };
-use crate::spec::{Atom, BoolExpr, Kind, OperatorSpec, Output, Site, SpecError, word};
+use crate::spec::{Atom, BoolExpr, Kind, Node, OperatorSpec, Output, Site, SpecError, word};
 use crate::sym::{PVar, SVar, Sym};
 
 /// The lowering of one spec with fixed backend choices.
@@ -45,6 +45,9 @@ pub(super) struct Lower<'a> {
     /// Lowered polynomial outputs, constants and formulas of the active piece.
     pub(super) polys: Vec<Sym>,
     pub(super) consts: Vec<Sym>,
+    /// Constants not lowered yet (read only as an [`Node::Interp`]'s value, which a split
+    /// may read without its carry; [`Lower::const_sym`] lowers one when asked).
+    deferred: Vec<bool>,
     pub(super) bools: Vec<BExpr>,
     /// Work done so far against the limits.
     pub(super) budget: Budget<'a>,
@@ -76,6 +79,7 @@ impl<'a> Lower<'a> {
             lookup: LookupPlan::None,
             polys: vec![],
             consts: vec![],
+            deferred: vec![],
             bools: vec![],
             budget: Budget::new(limits, spent),
         })
@@ -379,6 +383,55 @@ impl<'a> Lower<'a> {
         y
     }
 
+    /// `x mod 2^f`, the input's offset in its row: `(x̂ mod 2^f) − (r mod 2^f) + 2^f·c` with
+    /// the carry `c = 1[x̂ mod 2^f < r mod 2^f]` that a split at `f` reads anyway, so no wrap
+    /// and no other comparison (a slack spec's `û` has the offsets of `x`: `2^{n−2}` is a
+    /// multiple of `2^f`).
+    pub(super) fn low(&mut self, f: u32) -> Sym {
+        let l = self.l();
+        let c = self.fams.carry(f);
+        let c = self.arith(&BExpr::Leaf(c));
+        let row = (1u64 << f) & mask(l);
+        let r = Sym::secret(l, SVar::R).sub(&Sym::secret(l, SVar::RShr(f)).scale(row));
+        Sym::public(l, PVar::XHatLow(f)).sub(&r).add(&c.scale(row))
+    }
+
+    /// Constant `j` of the active piece, lowered now if it was deferred.
+    pub(super) fn const_sym(&mut self, j: usize) -> Result<Sym, SpecError> {
+        if self.deferred.get(j).copied().unwrap_or(false) {
+            self.consts[j] = self.step_sym(&constant(self.spec, j))?;
+            self.deferred[j] = false;
+        }
+        Ok(self.consts[j].clone())
+    }
+
+    /// `v − s·(x mod 2^f)` for the constants `v = value` and `s = slope` ([`Node::Interp`]).
+    /// With the comparisons split at `f` and rows that join up ([`rows_join`]), the row's
+    /// value is read at `h₀`, before the carry: with `x mod 2^f = λ + 2^f·c` (`λ = x̂_l −
+    /// r_l`), a borrow (`c = 1`) reads row `h₀ − 1` at `λ + 2^f`, which is where row `h₀`
+    /// starts, at `λ`. So the value is `V(h₀) − S(h₀ − c)·λ`: the value's bits with no jump
+    /// bits, and no carry in the product.
+    pub(super) fn interp(&mut self, value: usize, slope: usize, f: u32) -> Result<Sym, SpecError> {
+        let (s, l, n) = (self.spec, self.l(), self.n());
+        let (v, sl) = (constant(s, value), constant(s, slope));
+        let fast = self.backend == LookupBackend::StepBits
+            && self.fams.mode() == FullWidth::Split(f)
+            && rows_join(&s.boundaries, &v, &sl, n, f, l, s.slack);
+        let slope_sym = self.const_sym(slope)?;
+        if !fast {
+            let v = self.const_sym(value)?;
+            let low = self.low(f);
+            let p = self.mul(&slope_sym, &low)?;
+            return self.add(&v, &p, true);
+        }
+        let at_h0 = self.step_value(&s.boundaries, &v, Some(f))?;
+        let row = (1u64 << f) & mask(l);
+        let r = Sym::secret(l, SVar::R).sub(&Sym::secret(l, SVar::RShr(f)).scale(row));
+        let lambda = Sym::public(l, PVar::XHatLow(f)).sub(&r);
+        let p = self.mul(&slope_sym, &lambda)?;
+        self.add(&at_h0, &p, true)
+    }
+
     /// `a · b`: expanded symbolically, with no interaction, when both are dealer-known (no
     /// lookup share) and the expansion stays within [`SYMBOLIC_PRODUCT_TERMS`] terms and
     /// [`MAX_EXPONENT`]; otherwise through a Beaver round, whose result has four terms.
@@ -454,8 +507,10 @@ impl<'a> Lower<'a> {
             self.polys.push(p);
         }
         for j in 0..nc {
-            let c = self.step_sym(&constant(s, j))?;
+            let later = interp_value_only(s, j);
+            let c = if later { Sym::zero(l) } else { self.step_sym(&constant(s, j))? };
             self.consts.push(c);
+            self.deferred.push(later);
         }
         self.piece_bools(true)?;
         Ok(())
@@ -961,6 +1016,21 @@ impl<'a> Lower<'a> {
         budget.check_program(&program)?;
         Ok(program)
     }
+}
+
+/// Whether the spec's `Φ` reads constant `j` only as an [`Node::Interp`]'s value.
+fn interp_value_only(spec: &OperatorSpec, j: usize) -> bool {
+    let Some(phi) = &spec.phi else { return false };
+    let mut as_value = false;
+    for node in &phi.nodes {
+        match *node {
+            Node::Aux { index } if index == j => return false,
+            Node::Interp { slope, .. } if slope == j => return false,
+            Node::Interp { value, .. } if value == j => as_value = true,
+            _ => {}
+        }
+    }
+    as_value
 }
 
 /// Lookup locals are numbered from here during lowering (renumbered after the leaves).

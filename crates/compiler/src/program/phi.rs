@@ -53,7 +53,7 @@ impl Lower<'_> {
             Node::Const { value } => Val::A(Sym::constant(l, word(value, l))),
             Node::X => Val::A(self.lift()),
             Node::Poly { index } => Val::A(self.polys[index].clone()),
-            Node::Aux { index } => Val::A(self.consts[index].clone()),
+            Node::Aux { index } => Val::A(self.const_sym(index)?),
             Node::Kappa { index } => Val::A(Sym::secret(l, SVar::Kappa(index as u32))),
             Node::Add { a: p, b: q } => Val::A(self.add(a(p), a(q), false)?),
             Node::Sub { a: p, b: q } => Val::A(self.add(a(p), a(q), true)?),
@@ -71,6 +71,8 @@ impl Lower<'_> {
                 Val::A(self.add(a(q), &cd, false)?)
             }
             Node::Shr { bits } => Val::A(self.shr(bits)),
+            Node::Low { bits } => Val::A(self.low(bits)),
+            Node::Interp { value, slope, bits } => Val::A(self.interp(value, slope, bits)?),
             Node::Bool { index } => Val::B(self.bools[index].clone()),
             Node::Atom { index } => {
                 let atom = self.spec.atoms[index];
@@ -85,7 +87,7 @@ impl Lower<'_> {
     }
 
     /// `x + y`, or `x − y`.
-    fn add(&mut self, x: &Sym, y: &Sym, minus: bool) -> Result<Sym, SpecError> {
+    pub(super) fn add(&mut self, x: &Sym, y: &Sym, minus: bool) -> Result<Sym, SpecError> {
         self.budget.charge(Work::Terms((x.len() + y.len()) as u64))?;
         Ok(if minus { x.sub(y) } else { x.add(y) })
     }

@@ -121,6 +121,26 @@ pub(super) fn constant(spec: &OperatorSpec, j: usize) -> Vec<u64> {
     spec.pieces.iter().map(|p| word(p.consts[j], spec.out_bits)).collect()
 }
 
+/// Whether the rows of `2^f` of an interpolated table (`Interp`: value `v_k − s_k·(x mod
+/// 2^f)` on interval `k`, in `Z_{2^ℓ}`) join up where a split reads them: each interval's
+/// value is where the row before it ends (`v_k = v_{k−1} − 2^f·s_{k−1}`) and an interval of
+/// several rows has `2^f·s_k = 0`. Then the value at a row's start, read at the high part
+/// before its carry, is the value the carry would have picked (no carry term). Every row
+/// counts, the first after the last (`slack` false); a slack input (`u < 2^{n−1}`) never
+/// borrows from its first row and reads no row past `2^{n−1}`.
+pub(super) fn rows_join(starts: &[u64], v: &[u64], s: &[u64], n: u32, f: u32, l: u32, slack: bool) -> bool {
+    let (m, row) = (mask(l), (1u64 << f) & mask(l));
+    let t = starts.len();
+    let read = |b: u64| !slack || b as u128 <= 1u128 << (n - 1);
+    (0..t).filter(|&k| read(starts[k])).all(|k| {
+        let end = starts.get(k + 1).map_or(1u128 << n, |&b| b as u128);
+        let one_row = end - starts[k] as u128 <= 1u128 << f;
+        let prev = (k + t - 1) % t;
+        let joins = (slack && k == 0) || v[k] == v[prev].wrapping_sub(row.wrapping_mul(s[prev])) & m;
+        starts[k] & mask(f) == 0 && joins && (one_row || row.wrapping_mul(s[k]) & m == 0)
+    })
+}
+
 /// A split one bit coarser than the boundaries' alignment, reading the few boundaries at
 /// odd multiples of `2^{f−1}` as rows of the input shifted by half a row ([`half_rows`]):
 /// `f` if every coefficient and constant of `spec` decomposes so and one of them needs it.
@@ -169,14 +189,15 @@ pub fn alignment_runs(n: u32, starts: &[u64], max_window: u64) -> Vec<(u32, std:
     runs
 }
 
-/// The shift of the spec's `Shr` nodes, if they all use one amount.
+/// The shift of the spec's `Shr`, `Low` and `Interp` nodes, if they all use one amount (they read the
+/// carry of a split there).
 pub(super) fn shift_amount(spec: &OperatorSpec) -> Option<u32> {
     let shifts: Vec<u32> = spec
         .phi
         .iter()
         .flat_map(|p| p.nodes.iter())
         .filter_map(|n| match n {
-            Node::Shr { bits } => Some(*bits),
+            Node::Shr { bits } | Node::Low { bits } | Node::Interp { bits, .. } => Some(*bits),
             _ => None,
         })
         .collect();

@@ -1,6 +1,6 @@
 //! The compiled words, the polynomial shift, the alignment runs and the half rows.
 
-use super::prep::{MAX_HALF_ROWS, half_rows};
+use super::prep::{MAX_HALF_ROWS, half_rows, rows_join};
 use super::{CompileOptions, Src, alignment_runs, compile, shift_poly};
 use crate::sym::valuation;
 
@@ -116,4 +116,47 @@ fn half_rows_decompose_step_functions() {
     }
     // A step between the half rows' grid points is no half row.
     assert!(half_rows(n, f, &[0, 8, 13], &[1, 2, 3], l).is_none());
+}
+
+/// Rows of an interpolated table join up when each interval starts where the row before it
+/// ends (cyclically, unless slack) and an interval of several rows is flat.
+#[test]
+fn rows_join_up() {
+    let (n, f, l) = (6u32, 3u32, 8u32);
+    let m = (1u64 << l) - 1;
+    // Rows 0..8 of 8: values 100, 100 − 8·2, …; the last slope closes the loop.
+    let s: Vec<u64> = vec![2, 1, 0, 0, 3, 1, 0];
+    let mut v = vec![100u64];
+    for &x in &s {
+        v.push(v.last().unwrap().wrapping_sub(8 * x) & m);
+    }
+    let mut s = s;
+    s.push((s.iter().sum::<u64>()).wrapping_neg() & m);
+    let starts: Vec<u64> = (0..8).map(|k| k * 8).collect();
+    assert!(rows_join(&starts, &v, &s, n, f, l, false));
+    // One value off breaks the joins into and out of its row; slack reads rows up to
+    // 2^{n−1} = 32 only (starts 0..=32, rows 0..=4).
+    for k in 0..8 {
+        let mut w = v.clone();
+        w[k] = (w[k] + 1) & m;
+        assert!(!rows_join(&starts, &w, &s, n, f, l, false), "row {k}");
+        assert_eq!(rows_join(&starts, &w, &s, n, f, l, true), k > 4, "row {k} with slack");
+    }
+    // The last slope closes the loop: slack never borrows from row 0.
+    let mut open = s.clone();
+    open[7] = (open[7] + 1) & m;
+    assert!(!rows_join(&starts, &v, &open, n, f, l, false));
+    assert!(rows_join(&starts, &v, &open, n, f, l, true));
+    // Rows 2 and 3 are flat: one interval of two rows joins, and must stay flat.
+    let merged: Vec<u64> = starts.iter().copied().filter(|&b| b != 24).collect();
+    let drop3 =
+        |x: &[u64]| -> Vec<u64> { x.iter().enumerate().filter(|&(k, _)| k != 3).map(|(_, &y)| y).collect() };
+    assert!(rows_join(&merged, &drop3(&v), &drop3(&s), n, f, l, false));
+    let mut s2 = drop3(&s);
+    s2[2] = 1;
+    assert!(!rows_join(&merged, &drop3(&v), &s2, n, f, l, false));
+    // A start off the rows never joins.
+    let mut off = starts.clone();
+    off[3] = 25;
+    assert!(!rows_join(&off, &v, &s, n, f, l, false));
 }
