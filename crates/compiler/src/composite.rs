@@ -62,8 +62,10 @@ type Cache = HashMap<(String, CompileOptions), Arc<Program>>;
 enum Made {
     /// `e^{−x}` of [`softmax_tables`]: input bits, ring, scale.
     Nexp(u32, u32, u32),
-    /// `1/S` of [`softmax_tables`]: scale, columns, ring.
-    Recip(u32, u64, u32),
+    /// `1/S` of [`softmax_tables`]: input scale, scale, columns, ring.
+    Recip(u32, u32, u64, u32),
+    /// `e^{−x}` of [`softmax_tables_with`], interpolated: input bits, ring, scale.
+    NexpInterp(u32, u32, u32),
     /// [`gelu`]: ring, scale, form.
     Gelu(u32, u32, library::GeluForm),
     /// [`silu`]: ring, scale.
@@ -157,12 +159,46 @@ pub fn softmax(
     cols: usize,
     causal: bool,
 ) -> Result<Softmax<Compiled, Compiled>, SpecError> {
+    softmax_with(bits, cmp_bits, scale, rows, cols, causal, SoftmaxExp::Rows)
+}
+
+/// How a compiled softmax reads `e^{−x}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SoftmaxExp {
+    /// Rows of `2^NEXP_ROW_BITS` ulps read as steps, at the softmax's scale (the models').
+    Rows,
+    /// Joined lines in rows of `2^NEXP_INTERP_ROW_BITS` ulps at `NEXP_INTERP_EXTRA_BITS`
+    /// more fractional bits ([`library::nexp_interp`]): `e^{−x}` within ~2 ulps, for a
+    /// wider ring and a final truncation by `scale + NEXP_INTERP_EXTRA_BITS`.
+    Interp,
+}
+
+/// Rows of [`SoftmaxExp::Interp`]'s `e^{−x}` (`2^7` ulps) and its extra fractional bits
+/// (5): error about 2 ulps at the softmax's scale.
+pub const NEXP_INTERP_ROW_BITS: u32 = 7;
+/// See [`NEXP_INTERP_ROW_BITS`].
+pub const NEXP_INTERP_EXTRA_BITS: u32 = 5;
+
+/// [`softmax`] with `e^{−x}` read as `exp` says.
+///
+/// # Errors
+/// [`SpecError`] for unsupported widths.
+pub fn softmax_with(
+    bits: u32,
+    cmp_bits: u32,
+    scale: u32,
+    rows: usize,
+    cols: usize,
+    causal: bool,
+    exp: SoftmaxExp,
+) -> Result<Softmax<Compiled, Compiled>, SpecError> {
     let cols2 = (cols.max(2) as u64).next_power_of_two();
-    // `e^{−x}`, its row sums, `1/S` and their product below `2^{2·scale}` and `cols2·2^scale`:
-    // a ring of `2·scale + 3` bits (the product's truncation has slack), or one more than
-    // the reciprocal reads.
-    let prob_bits = (2 * scale + 3).max(scale + cols2.trailing_zeros() + 1).min(bits);
-    let (exp, recip) = softmax_tables(bits, cmp_bits, scale, cols2, prob_bits)?;
+    let extra = if exp == SoftmaxExp::Interp { NEXP_INTERP_EXTRA_BITS } else { 0 };
+    // `e^{−x}`, its row sums, `1/S` and their product below `2^{2·scale + extra}` and
+    // `cols2·2^{scale + extra}`: a ring of `2·scale + extra + 3` bits (the product's
+    // truncation has slack), or one more than the reciprocal reads.
+    let prob_bits = (2 * scale + extra + 3).max(scale + extra + cols2.trailing_zeros() + 1).min(bits);
+    let (exp, recip) = softmax_tables_with(bits, cmp_bits, scale, cols2, prob_bits, exp)?;
     let levels = (cols.max(1) as u64).next_power_of_two().trailing_zeros() as usize;
     // A small softmax (a decode step's row per head) runs its widest level in one round too.
     let two_round_levels = usize::from(rows * cols > ONE_ROUND_MAX_TREE_MAX);
@@ -178,6 +214,7 @@ pub fn softmax(
         max_bits: (cmp_bits + 1).min(bits),
         max_dcf_levels: levels.saturating_sub(two_round_levels),
         prob_bits,
+        exp_extra: extra,
     })
 }
 
@@ -194,16 +231,46 @@ pub fn softmax_tables(
     cols2: u64,
     ring: u32,
 ) -> Result<(Compiled, Compiled), SpecError> {
-    let nexp_bits = (cmp_bits + 1).min(bits);
-    let exp = made(Made::Nexp(nexp_bits, ring, scale), || {
+    softmax_tables_with(bits, cmp_bits, scale, cols2, ring, SoftmaxExp::Rows)
+}
+
+/// [`softmax_tables`] with `e^{−x}` read as `exp` says (with [`SoftmaxExp::Interp`] on
+/// `cmp_bits + 1` bits with slack: `max − x < 2^{cmp_bits − 1}` for inputs that fit
+/// `cmp_bits − 1` bits; and `1/S` reading its sum at the extra bits' scale).
+///
+/// # Errors
+/// [`SpecError`] for unsupported widths.
+pub fn softmax_tables_with(
+    bits: u32,
+    cmp_bits: u32,
+    scale: u32,
+    cols2: u64,
+    ring: u32,
+    exp: SoftmaxExp,
+) -> Result<(Compiled, Compiled), SpecError> {
+    let split = CompileOptions { split: Some(true), ..CompileOptions::default() };
+    let (exp, f_in) = match exp {
+        SoftmaxExp::Rows => {
+            let nexp_bits = (cmp_bits + 1).min(bits);
+            let exp = made(Made::Nexp(nexp_bits, ring, scale), || {
+                Compiled::with_options(
+                    &library::nexp_rows_nonneg(nexp_bits, ring, scale, NEXP_ROW_BITS),
+                    split,
+                )
+            })?;
+            (exp, scale)
+        }
+        SoftmaxExp::Interp => {
+            let (nexp_bits, s, t) = ((cmp_bits + 1).min(bits), NEXP_INTERP_ROW_BITS, NEXP_INTERP_EXTRA_BITS);
+            let exp = made(Made::NexpInterp(nexp_bits, ring, scale), || {
+                Compiled::with_options(&library::nexp_interp(nexp_bits, ring, scale, s, t), split)
+            })?;
+            (exp, scale + t)
+        }
+    };
+    let recip = made(Made::Recip(f_in, scale, cols2, ring), || {
         Compiled::with_options(
-            &library::nexp_rows_nonneg(nexp_bits, ring, scale, NEXP_ROW_BITS),
-            CompileOptions { split: Some(true), ..CompileOptions::default() },
-        )
-    })?;
-    let recip = made(Made::Recip(scale, cols2, ring), || {
-        Compiled::with_options(
-            &library::reciprocal_grid(scale, cols2, ring, RECIP_MANTISSA_BITS),
+            &library::reciprocal_grid_in(f_in, scale, cols2, ring, RECIP_MANTISSA_BITS),
             CompileOptions {
                 split: Some(true),
                 grouped: Some(RECIP_RUN_WINDOW_BITS),

@@ -614,27 +614,44 @@ pub fn nexp_interp(n_in: u32, l: u32, f: u32, s: u32, t: u32) -> OperatorSpec {
 /// ([`crate::CompileOptions::grouped`]) reads each run of octaves from one window. Needs
 /// `f > m`.
 pub fn reciprocal_grid(f: u32, cols: u64, l: u32, m: u32) -> OperatorSpec {
-    assert!(cols.is_power_of_two() && cols >= 2 && (1..f).contains(&m), "bad reciprocal grid");
-    let n_in = f + cols.trailing_zeros();
-    let num = (1u128 << (2 * f)) as f64;
-    let g = |v: u64| num / v.max(1 << f) as f64;
+    reciprocal_grid_in(f, f, cols, l, m)
+}
+
+/// [`reciprocal_grid`] for a row sum at scale `f_in ≥ f` (a softmax whose `e^{−x}` has
+/// `f_in − f` more fractional bits, [`nexp_interp`]), `1/S` still at scale `f`: the input
+/// is read on `f_in + log2(cols)` bits.
+pub fn reciprocal_grid_in(f_in: u32, f: u32, cols: u64, l: u32, m: u32) -> OperatorSpec {
+    assert!(cols.is_power_of_two() && cols >= 2 && (1..f).contains(&m) && f_in >= f, "bad reciprocal grid");
+    let n_in = f_in + cols.trailing_zeros();
+    let num = (1u128 << (f_in + f)) as f64;
+    let g = |v: u64| num / v.max(1 << f_in) as f64;
     // The wrap cell, 1 below the first octave, then 2^m cells per octave.
-    let mut starts = vec![0, 1u64 << (f - m)];
-    for e in f..n_in {
+    let mut starts = vec![0, 1u64 << (f_in - m)];
+    for e in f_in..n_in {
         starts.extend((0..1u64 << m).map(|j| (1u64 << e) + (j << (e - m))));
     }
     let mut ends: Vec<u64> = starts[1..].to_vec();
     ends.push(1u64 << n_in);
     let value = |s: u64| -> i64 {
-        if s < 1u64 << (f - m) {
-            return round_half_up(num / (cols << f) as f64);
+        if s < 1u64 << (f_in - m) {
+            return round_half_up(num / (cols << f_in) as f64);
         }
         let i = starts.partition_point(|&t| t <= s) - 1;
         round_half_up((g(starts[i]) + g(ends[i] - 1)) / 2.0)
     };
     let (b, p) =
         from_starts(starts.clone(), |s| Piece { polys: vec![vec![value(s) as i128]], ..Piece::default() });
-    spec(format!("reciprocal-{cols}-m{m}"), n_in, l, false, f, b, p)
+    let name = if f_in == f {
+        format!("reciprocal-{cols}-m{m}")
+    } else {
+        format!("reciprocal-{cols}-m{m}-in{f_in}")
+    };
+    let mut s = spec(name, n_in, l, false, f, b, p);
+    if f_in != f {
+        s.scale = Some(f_in);
+        s.out_scale = Some(f);
+    }
+    s
 }
 
 /// `1/S` at scale `f` for a softmax row sum `S ∈ [1, cols]` at scale `f` (`cols` a power of

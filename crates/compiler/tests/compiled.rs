@@ -266,6 +266,45 @@ fn composite_softmax_in_a_narrow_ring_changes_no_value() {
     }
 }
 
+/// The softmax with `e^{−x}` interpolated in rows (`SoftmaxExp::Interp`: 5 more fractional
+/// bits, `1/S` reading its sum there, a final truncation by `f + 5`): the secure run equals
+/// its reference, and the reference is closer to the f64 softmax than the models' rows.
+#[test]
+fn softmax_with_interpolated_exp() {
+    use compiler::composite::{SoftmaxExp, softmax_with};
+    use fss::ring::Ring;
+    let mut r = rng(47);
+    let (bits, f) = (37u32, 12u32);
+    let ring = Ring::new(bits).unwrap();
+    for (rows, cols, causal) in [(8, 64, false), (64, 64, true), (6, 100, false)] {
+        let x: Vec<u64> = (0..rows * cols)
+            .map(|_| ring.from_signed((r.next_u64() % (16 << f)) as i64 - (8 << f)))
+            .collect();
+        let worst =
+            |g: &gates::softmax::Softmax<compiler::composite::Compiled, compiler::composite::Compiled>| {
+                let y = g.plain(&x);
+                let mut w = 0f64;
+                for i in 0..rows {
+                    let n = if causal { i % cols + 1 } else { cols };
+                    let v: Vec<f64> =
+                        (0..n).map(|j| ring.to_signed(x[i * cols + j]) as f64 / 4096.0).collect();
+                    let m = v.iter().copied().fold(f64::MIN, f64::max);
+                    let z: f64 = v.iter().map(|a| (a - m).exp()).sum();
+                    for j in 0..n {
+                        let got = ring.to_signed(y[i * cols + j]) as f64 / 4096.0;
+                        w = w.max((got - (v[j] - m).exp() / z).abs());
+                    }
+                }
+                w
+            };
+        let lines = softmax_with(bits, bits - f, f, rows, cols, causal, SoftmaxExp::Interp).unwrap();
+        let steps = softmax_with(bits, bits - f, f, rows, cols, causal, SoftmaxExp::Rows).unwrap();
+        assert!(worst(&lines) < worst(&steps), "{rows}x{cols}: {} against {}", worst(&lines), worst(&steps));
+        let rep = gates::harness::run(&lines, &[&x[..]], &mut r).unwrap();
+        assert_eq!(rep.first_mismatch(), None, "{rows}x{cols} causal {causal}");
+    }
+}
+
 /// A table in rows of `2^f` interpolated linearly (`Node::Interp`): values `v` and slopes
 /// `s` per row, one interval per row but where a flat row repeats the one before it.
 fn interp_table(name: &str, n: u32, f: u32, l: u32, v: &[i128], s: &[i128]) -> OperatorSpec {

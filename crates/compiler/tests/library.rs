@@ -253,7 +253,7 @@ fn full_width_at_37_and_50() {
 fn interpolated_exp() {
     let f = 12;
     for (n, s, t, bound) in [(37u32, 7u32, 5u32, 2.05), (50, 6, 5, 1.05)] {
-        let spec = nexp_interp(n - f + 3, n, f, s, t);
+        let spec = nexp_interp(n - f + 2, n, f, s, t);
         spec.validate().unwrap();
         let one = (1u64 << f) as f64;
         let worst = (0..32u64 << f)
@@ -262,7 +262,7 @@ fn interpolated_exp() {
             })
             .fold(0.0, f64::max);
         assert!(worst <= bound, "n = {n}: error {worst} ulps");
-        let neg = (1u64 << (n - f + 3)) - 5;
+        let neg = (1u64 << (n - f + 2)) - 5;
         assert_eq!(spec.eval(neg).arith[0], 1u64 << (f + t));
         let split = CompileOptions { split: Some(true), ..CompileOptions::default() };
         full_width(&spec, split, 300, n as u64);

@@ -54,6 +54,10 @@ pub struct Softmax<E = SigmaNExp, Q = SigmaReciprocal> {
     /// them with the product truncation's slack; only the truncation's output is in
     /// `Z_{2^bits}`.
     pub prob_bits: u32,
+    /// Fractional bits of `e^{−x}` beyond `scale` (0 for SIGMA): the row sums carry them
+    /// too, `1/S` reads its sum at `scale + exp_extra` and returns it at `scale`, and the
+    /// product is truncated by `scale + exp_extra`.
+    pub exp_extra: u32,
 }
 
 impl Softmax {
@@ -73,6 +77,7 @@ impl Softmax {
             max_bits: bits,
             max_dcf_levels: 0,
             prob_bits: bits,
+            exp_extra: 0,
         }
     }
 }
@@ -143,7 +148,8 @@ impl<E: UnaryFamily, Q: UnaryFamily> Softmax<E, Q> {
             || self.max_bits > self.bits
             || (self.max_bits < self.bits && self.max_bits <= self.cmp_bits)
             || self.prob_bits > self.bits
-            || (self.prob_bits < self.bits && self.prob_bits < 2 * self.scale + 3)
+            || (self.prob_bits < self.bits && self.prob_bits < 2 * self.scale + 3 + self.exp_extra)
+            || self.scale + self.exp_extra + 2 > self.prob_bits
         {
             return Err(GateError::Params(format!("softmax shape {self:?}")));
         }
@@ -195,7 +201,7 @@ impl<E: UnaryFamily, Q: UnaryFamily> Softmax<E, Q> {
     }
 
     fn ars(&self, len: usize) -> ArsSlack {
-        ArsSlack { bits: self.prob_bits, shift: self.scale, out_bits: self.bits, len }
+        ArsSlack { bits: self.prob_bits, shift: self.scale + self.exp_extra, out_bits: self.bits, len }
     }
 
     fn row_sums(&self, v: &[u64], rows_of: &[usize]) -> Vec<u64> {

@@ -56,6 +56,15 @@ pub enum LookupChoice {
     Dcf,
 }
 
+/// How the compiled softmax reads `e^{−x}` (`composite::SoftmaxExp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SoftmaxExpChoice {
+    /// Rows of 32 ulps read as steps (the models').
+    Rows,
+    /// Joined lines in rows of 128 ulps, 5 more fractional bits.
+    Interp,
+}
+
 /// Arguments of `fusefss bench ops`.
 #[derive(Args, Clone)]
 pub struct OpsBenchArgs {
@@ -118,6 +127,10 @@ pub struct OpsBenchArgs {
     /// keeps one split).
     #[arg(long, value_name = "W")]
     grouped: Option<u32>,
+    /// The compiled softmax's `e^{−x}`: the models' rows read as steps, or joined lines at
+    /// 5 more fractional bits (`library::nexp_interp`; a wider ring and final truncation).
+    #[arg(long, value_enum, default_value = "rows")]
+    softmax_exp: SoftmaxExpChoice,
     /// Key memory per party a compiled row may use; rows whose keys are larger run on fewer
     /// elements (the row's `elements` says how many).
     #[arg(long, default_value_t = 1 << 30)]
@@ -744,10 +757,10 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
         }
         "nexp_interp" => {
             // `e^{−x}` linear in rows (`library::nexp_interp`), at scale f + t, read with
-            // slack on one bit more than `nexp` (the same inputs) and, unless `--split`
-            // says otherwise, split at its rows.
-            let (s, t) = (NEXP_INTERP_ROW_BITS, NEXP_INTERP_EXTRA_BITS);
-            let spec = library::nexp_interp(m1 + 3, n, f, s, t);
+            // slack on the width `nexp` reads and, unless `--split` says otherwise, split
+            // at its rows.
+            let (s, t) = (composite::NEXP_INTERP_ROW_BITS, composite::NEXP_INTERP_EXTRA_BITS);
+            let spec = library::nexp_interp(m1 + 2, n, f, s, t);
             let plain = eval(&spec);
             let err = (0..32 * one)
                 .map(|v| (decode(plain(v as u64), n, f + t) - (-(v as f64) / one as f64).exp()).abs())
@@ -781,10 +794,18 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
         }
         "softmax" | "softmax_causal" => {
             let (rows, cols, causal, x) = softmax_case(op, a, rng)?;
-            let g = composite::softmax(n, m1 + 1, f, rows, cols, causal)?;
+            let exp = match a.softmax_exp {
+                SoftmaxExpChoice::Rows => composite::SoftmaxExp::Rows,
+                SoftmaxExpChoice::Interp => composite::SoftmaxExp::Interp,
+            };
+            let g = composite::softmax_with(n, m1 + 1, f, rows, cols, causal, exp)?;
             let err = softmax_error(&g, &x);
             let (r, k, t) = measure(&g, &[x], a.reps, rng)?;
-            Ok(row(op, "fusefss", a, r, k, t, format!("{rows}x{cols}"), Some(err), Some("composite".into())))
+            let backend = match exp {
+                composite::SoftmaxExp::Rows => "composite",
+                composite::SoftmaxExp::Interp => "composite+exp-interp",
+            };
+            Ok(row(op, "fusefss", a, r, k, t, format!("{rows}x{cols}"), Some(err), Some(backend.into())))
         }
         "layernorm" | "rmsnorm" => {
             let c = norm_case(a, rng)?;
@@ -797,11 +818,6 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
         other => bail!("no compiled operator {other}"),
     }
 }
-
-/// Rows of `nexp_interp`'s `e^{−x}` (`2^7` ulps) and its extra fractional bits (5): error
-/// about 2 ulps at scale `f`.
-const NEXP_INTERP_ROW_BITS: u32 = 7;
-const NEXP_INTERP_EXTRA_BITS: u32 = 5;
 
 /// Softmax shapes: 128 columns (or a square causal matrix) holding `elements` entries.
 fn softmax_case(
