@@ -14,6 +14,7 @@ use fss::rng::DealerRng;
 use fss::words::KeyBuffer;
 use fss::{DecodeError, Party};
 use gates::arith::{BatchedMatMul, Mul};
+use gates::carry_table::ArsSlackTable;
 use gates::keyio::{KeySizes, decode_keyed, decode_keyed_in_place, encode_pair};
 use gates::linalg::matmul_mod_weights;
 use gates::nonlinear::{Activation, ArsSlackDcf, ReluResidual};
@@ -291,6 +292,12 @@ pub fn build(g: &Graph, imp: Impl) -> Result<Vec<Option<Box<dyn DynGate>>>, Spec
             Op::Trunc { shift, .. } if imp == Impl::Fusefss && len <= ONE_ROUND_TRUNC_MAX => {
                 let out_bits = reads[i + 1].max(n - shift);
                 Some(Box::new(Erased(ArsSlackDcf { bits: n, shift: *shift, out_bits, len })))
+            }
+            // FuseFSS reads the carry of a shift of up to 13 bits from truth tables
+            // (`gates::carry_table`: no DPF, well under half the key).
+            Op::Trunc { shift, .. } if imp == Impl::Fusefss && ArsSlackTable::supports(*shift) => {
+                let out_bits = reads[i + 1].max(n - shift);
+                Some(Box::new(Erased(ArsSlackTable { bits: n, shift: *shift, out_bits, len })))
             }
             Op::Trunc { shift, .. } => {
                 let out_bits = reads[i + 1].max(n - shift);

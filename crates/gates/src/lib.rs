@@ -13,6 +13,7 @@
 //! | [`select`] | bit × value (select), bit-to-arithmetic |
 //! | [`cmp`] | DReLU, ReLU, interval test, row max |
 //! | [`shift`] | truncate-reduce, truncate-with-slack, sign/zero extension, exact ARS/LRS |
+//! | [`carry_table`] | truncate-with-slack, its carry read from XOR-shared truth tables (FuseFSS) |
 //! | [`lut`] | table lookup by a full-domain 1-bit DPF |
 //! | [`softmax`] | softmax, with and without a causal mask |
 //! | [`norm`] | row sum of squares, LayerNorm, RMSNorm |
@@ -27,6 +28,7 @@
 //! argument checks and the one-input `Gate` plumbing through a private gate kit (`kit`).
 
 pub mod arith;
+pub mod carry_table;
 pub mod centre;
 pub mod cmp;
 pub mod dealer;

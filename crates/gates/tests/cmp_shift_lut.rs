@@ -9,6 +9,7 @@ use std::sync::Arc;
 use common::{check, edge_masks, rng, words};
 use fss::ring::mask;
 use fss::rng::{DealerRng, Rng};
+use gates::carry_table::ArsSlackTable;
 use gates::cmp::{Drelu, Interval, MaxTree, Relu, ReluDcf, RowMax};
 use gates::lut::Lut;
 use gates::shift::{ArsSign, ArsSlack, Extend, ShiftExact, TruncReduce};
@@ -189,6 +190,50 @@ fn shifts_exhaustive_small() {
     }
 }
 
+/// The truncation whose carry comes from truth tables: every slack input under edge masks
+/// for every shift it takes, with and without a high chunk, into narrower and wider rings.
+#[test]
+fn table_carry_truncation_exhaustive_small() {
+    let mut r = rng(16);
+    for bits in [9u32, 15] {
+        let (xs, ms) = slack_inputs(bits, &mut r);
+        for shift in 1..=(bits - 2).min(13) {
+            for out_bits in [bits - shift, bits + 3] {
+                let out = words(&mut r, xs.len(), out_bits);
+                let g = ArsSlackTable { bits, shift, out_bits, len: xs.len() };
+                let rep = check(&g, &[&xs[..]], &[&ms[..]], &out, &mut r);
+                assert_eq!(rep.stats[0].rounds, 2);
+            }
+        }
+    }
+    // Shifts past the tables are refused.
+    let g = ArsSlackTable { bits: 37, shift: 14, out_bits: 37, len: 1 };
+    assert!(gates::harness::run(&g, &[&[0u64][..]], &mut r).is_err());
+}
+
+/// Every low part of the mask against every low part of the masked input, for shifts with a
+/// high chunk of one and two bits: each table entry and each way the chunks compare.
+#[test]
+fn table_carry_every_mask_and_input_low_part() {
+    let mut r = rng(17);
+    let bits = 20u32;
+    let ring = fss::Ring::new(bits).unwrap();
+    for shift in [8u32, 9] {
+        let (mut x, mut m) = (vec![], vec![]);
+        for low in 0..1u64 << shift {
+            let mm = (r.next_u64() & mask(bits) & !mask(shift)) | low;
+            // Four consecutive rows of inputs: every masked low part four times.
+            for d in -(2i64 << shift)..(2i64 << shift) {
+                x.push(ring.from_signed(d));
+                m.push(mm);
+            }
+        }
+        let out = words(&mut r, x.len(), bits);
+        let g = ArsSlackTable { bits, shift, out_bits: bits, len: x.len() };
+        check(&g, &[&x[..]], &[&m[..]], &out, &mut r);
+    }
+}
+
 #[test]
 fn lut_exhaustive_small() {
     let mut r = rng(14);
@@ -238,6 +283,21 @@ fn full_width_random() {
         let q = 1u64 << (bits - 3);
         let xs: Vec<u64> = x.iter().map(|&v| ring.from_signed((v % q) as i64 - (q / 2) as i64)).collect();
         check(&ArsSlack { bits, shift, out_bits: bits, len }, &[&xs[..]], &[&m[..]], &on, &mut r);
+        // The table carry: the same result for well under half of SIGMA's key.
+        let sigma = check(&ArsSlack { bits, shift, out_bits: bits, len }, &[&xs[..]], &[&m[..]], &on, &mut r);
+        for s in [shift, 13] {
+            let g = ArsSlackTable { bits, shift: s, out_bits: bits, len };
+            let rep = check(&g, &[&xs[..]], &[&m[..]], &on, &mut r);
+            assert_eq!(rep.stats[0].rounds, 2);
+            if s == shift {
+                assert!(
+                    rep.key_bits[0] * 2 < sigma.key_bits[0],
+                    "{:?} against {:?}",
+                    rep.key_bits,
+                    sigma.key_bits
+                );
+            }
+        }
         let ext = Extend { bits: bits - shift, out_bits: bits, signed: true, len };
         let xe: Vec<u64> = x.iter().map(|&v| v & mask(bits - shift)).collect();
         let me: Vec<u64> = m.iter().map(|&v| v & mask(bits - shift)).collect();

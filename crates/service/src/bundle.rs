@@ -72,7 +72,9 @@ pub const VERSION: u16 = 3;
 /// whose jumps all vanish deals no carry key (a grouped grid's lone first start; no model's
 /// key measured to change, bumped to be safe). 20: FuseFSS GeLU with the two rows beside its
 /// kink halved, read as a row of the input shifted by half a row (`compiler::program`).
-pub const PROTOCOL_REVISION: u64 = 20;
+/// 21: FuseFSS truncations (shifts up to 13 bits) read their carry from XOR-shared truth
+/// tables (`gates::carry_table`).
+pub const PROTOCOL_REVISION: u64 = 21;
 const KIND_INPUT: u8 = 1;
 const KIND_GATE: u8 = 2;
 const KIND_OUTPUT: u8 = 3;
