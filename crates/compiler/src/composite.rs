@@ -108,7 +108,8 @@ pub fn compile_cached(spec: &OperatorSpec, options: CompileOptions) -> Result<Ar
     Ok(p)
 }
 
-/// Rows of `2^NEXP_ROW_BITS` ulps for softmax's `e^{−x}` ([`library::nexp_rows`]): error
+/// Rows of `2^NEXP_ROW_BITS` ulps for softmax's `e^{−x}` read as steps ([`SoftmaxExp::Rows`],
+/// the models' before protocol revision 22; [`library::nexp_rows`]): error
 /// at most 16 ulps (3.9e-3 at f = 12; SIGMA's two tables: 6.5e-4), for a window of 32×
 /// fewer positions than the exactly rounded [`library::nexp`]. With [`RECIP_MANTISSA_BITS`]
 /// = 8 the whole softmax's error is below SIGMA's (`fusefss bench ops --ops softmax --impl
@@ -137,17 +138,19 @@ pub const RECIP_RUN_WINDOW_BITS: u32 = 10;
 /// in the step (`engine::layers::ONE_ROUND_TRUNC_MAX`).
 pub const ONE_ROUND_MAX_TREE_MAX: usize = 1024;
 
-/// The softmax of [`Softmax::sigma`] with a compiled `e^{−x}` (on `cmp_bits + 1` bits, rows
-/// of [`NEXP_ROW_BITS`] with the comparison split at the rows, no sign boundary: `max − x`
-/// is never negative, [`library::nexp_rows_nonneg`]), a compiled reciprocal (an octave grid
-/// of [`RECIP_MANTISSA_BITS`] read in runs, [`library::reciprocal_grid`], on
-/// `scale + log2 cols` bits, `cols` rounded up to a power of two), `e^{−x}`, the row sums,
-/// `1/S` and their product in `Z_{2^{2·scale + 3}}` ([`Softmax::prob_bits`]: their values
-/// stay at most `2^{2·scale}`, so only the final truncation's output is a full ring word:
-/// narrower openings and words), and a max tree that runs in `Z_{2^{cmp_bits + 1}}` (all `e^{−x}` reads) with every level but
-/// the widest in one round ([`gates::cmp::ReluDcf`]): the widest level holds half the
-/// comparisons, so it keeps SIGMA's smaller two-round key, but in a softmax of at most
-/// [`ONE_ROUND_MAX_TREE_MAX`] entries.
+/// The softmax of [`Softmax::sigma`] with a compiled `e^{−x}` ([`MODELS_SOFTMAX_EXP`]: on
+/// `cmp_bits + 1` bits with slack, `max − x` never being negative nor past `2^{cmp_bits−1}`,
+/// joined lines in rows of `2^NEXP_INTERP_ROW_BITS` at [`NEXP_INTERP_EXTRA_BITS`] more
+/// fractional bits, [`library::nexp_interp`], the comparison split at the rows), a compiled
+/// reciprocal (an octave grid of [`RECIP_MANTISSA_BITS`] read in runs,
+/// [`library::reciprocal_grid_in`], on `scale + extra + log2 cols` bits, `cols` rounded up
+/// to a power of two), `e^{−x}`, the row sums, `1/S` and their product in
+/// `Z_{2^{2·scale + extra + 3}}` ([`Softmax::prob_bits`]: their values stay at most
+/// `2^{2·scale + extra}`, so only the final truncation's output is a full ring word:
+/// narrower openings and words), and a max tree that runs in `Z_{2^{cmp_bits + 1}}` (all
+/// `e^{−x}` reads) with every level but the widest in one round ([`gates::cmp::ReluDcf`]):
+/// the widest level holds half the comparisons, so it keeps SIGMA's smaller two-round key,
+/// but in a softmax of at most [`ONE_ROUND_MAX_TREE_MAX`] entries.
 ///
 /// # Errors
 /// [`SpecError`] for unsupported widths.
@@ -159,13 +162,20 @@ pub fn softmax(
     cols: usize,
     causal: bool,
 ) -> Result<Softmax<Compiled, Compiled>, SpecError> {
-    softmax_with(bits, cmp_bits, scale, rows, cols, causal, SoftmaxExp::Rows)
+    softmax_with(bits, cmp_bits, scale, rows, cols, causal, MODELS_SOFTMAX_EXP)
 }
+
+/// How the models' softmax reads `e^{−x}`: joined lines (error 4.9e-4 at f = 12 against
+/// SIGMA's 6.5e-4 and 3.9e-3 for rows of 32 ulps read as steps). Against the rows, `fusefss
+/// bench ops --ops softmax --softmax-exp rows|interp`: 113 B more key per entry, ~10 %
+/// faster, softmax error 1.28e-3 → 5.9e-4 at n = 37 (CHANGELOG.md, twenty-third session).
+pub const MODELS_SOFTMAX_EXP: SoftmaxExp = SoftmaxExp::Interp;
 
 /// How a compiled softmax reads `e^{−x}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SoftmaxExp {
-    /// Rows of `2^NEXP_ROW_BITS` ulps read as steps, at the softmax's scale (the models').
+    /// Rows of `2^NEXP_ROW_BITS` ulps read as steps, at the softmax's scale (the models'
+    /// before protocol revision 22).
     Rows,
     /// Joined lines in rows of `2^NEXP_INTERP_ROW_BITS` ulps at `NEXP_INTERP_EXTRA_BITS`
     /// more fractional bits ([`library::nexp_interp`]): `e^{−x}` within ~2 ulps, for a
@@ -218,9 +228,9 @@ pub fn softmax_with(
     })
 }
 
-/// The softmax's compiled `e^{−x}` (read on `cmp_bits + 1` bits) and `1/S` (rows summing
-/// up to `cols2 = 2^k` entries), both with outputs in `Z_{2^{ring}}` ([`softmax`] passes
-/// its narrow ring).
+/// The softmax's compiled `e^{−x}` (read on `cmp_bits + 1` bits, as the models read it,
+/// [`MODELS_SOFTMAX_EXP`]) and `1/S` (rows summing up to `cols2 = 2^k` entries), both with
+/// outputs in `Z_{2^{ring}}` ([`softmax`] passes its narrow ring).
 ///
 /// # Errors
 /// [`SpecError`] for unsupported widths.
@@ -231,7 +241,7 @@ pub fn softmax_tables(
     cols2: u64,
     ring: u32,
 ) -> Result<(Compiled, Compiled), SpecError> {
-    softmax_tables_with(bits, cmp_bits, scale, cols2, ring, SoftmaxExp::Rows)
+    softmax_tables_with(bits, cmp_bits, scale, cols2, ring, MODELS_SOFTMAX_EXP)
 }
 
 /// [`softmax_tables`] with `e^{−x}` read as `exp` says (with [`SoftmaxExp::Interp`] on

@@ -73,8 +73,9 @@ pub const VERSION: u16 = 3;
 /// key measured to change, bumped to be safe). 20: FuseFSS GeLU with the two rows beside its
 /// kink halved, read as a row of the input shifted by half a row (`compiler::program`).
 /// 21: FuseFSS truncations (shifts up to 13 bits) read their carry from XOR-shared truth
-/// tables (`gates::carry_table`).
-pub const PROTOCOL_REVISION: u64 = 21;
+/// tables (`gates::carry_table`). 22: FuseFSS softmax's `e^{−x}` as joined lines in rows of
+/// 128 ulps at 5 more fractional bits (`library::nexp_interp`), `1/S` reading its sum there.
+pub const PROTOCOL_REVISION: u64 = 22;
 const KIND_INPUT: u8 = 1;
 const KIND_GATE: u8 = 2;
 const KIND_OUTPUT: u8 = 3;

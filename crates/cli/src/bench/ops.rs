@@ -59,9 +59,9 @@ pub enum LookupChoice {
 /// How the compiled softmax reads `e^{−x}` (`composite::SoftmaxExp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum SoftmaxExpChoice {
-    /// Rows of 32 ulps read as steps (the models').
+    /// Rows of 32 ulps read as steps.
     Rows,
-    /// Joined lines in rows of 128 ulps, 5 more fractional bits.
+    /// Joined lines in rows of 128 ulps, 5 more fractional bits (the models').
     Interp,
 }
 
@@ -108,9 +108,9 @@ pub struct OpsBenchArgs {
     /// a row of the input shifted by half a row; SiLU `library::silu_rows`; 0 keeps the
     /// exactly rounded or `--quantum` spec; `gelu_fine` always reads rows, 0 taking the
     /// models' `composite::GELU_ROW_BITS`, and `gelu_whole` whole rows, `library::gelu_rows`,
-    /// the models' GeLU before protocol revision 20); `e^{−x}`:
-    /// the softmax's table in rows of `2^rows` ulps (`library::nexp_rows_nonneg`, with
-    /// `--split true` as the softmax reads it).
+    /// the models' GeLU before protocol revision 20); `e^{−x}`: rows of `2^rows` ulps read
+    /// as steps (`library::nexp_rows_nonneg`, with `--split true` the softmax's table before
+    /// protocol revision 22; the models' `e^{−x}` is now the row `nexp_interp`).
     #[arg(long, default_value_t = 0)]
     rows: u32,
     /// Compiled GeLU and SiLU: read the input with slack (`OperatorSpec::slack`: it stays
@@ -127,9 +127,10 @@ pub struct OpsBenchArgs {
     /// keeps one split).
     #[arg(long, value_name = "W")]
     grouped: Option<u32>,
-    /// The compiled softmax's `e^{−x}`: the models' rows read as steps, or joined lines at
-    /// 5 more fractional bits (`library::nexp_interp`; a wider ring and final truncation).
-    #[arg(long, value_enum, default_value = "rows")]
+    /// The compiled softmax's `e^{−x}`: joined lines at 5 more fractional bits (the models',
+    /// `library::nexp_interp`; a wider ring and final truncation), or rows of 32 ulps read as
+    /// steps (the models' before protocol revision 22).
+    #[arg(long, value_enum, default_value = "interp")]
     softmax_exp: SoftmaxExpChoice,
     /// Key memory per party a compiled row may use; rows whose keys are larger run on fewer
     /// elements (the row's `elements` says how many).
