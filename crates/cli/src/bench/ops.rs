@@ -17,6 +17,7 @@ use fss::ring::mask;
 use fss::rng::{DealerRng, Rng};
 use gates::Gate;
 use gates::arith::Mul;
+use gates::carry_table::ArsSlackTable;
 use gates::cmp::{Drelu, Relu};
 use gates::harness::{self, Report};
 use gates::lut::Lut;
@@ -178,7 +179,7 @@ const OPS: &[(&str, bool, bool)] = &[
     ("drelu", true, false),
     ("relu", true, true),
     ("tr", true, true),
-    ("ars_slack", true, false),
+    ("ars_slack", true, true),
     ("ars_exact", true, true),
     ("ars_sign", true, true),
     ("lut8", true, false),
@@ -676,6 +677,14 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
     };
     match op {
         "relu" => run_compiled(op, &library::relu(n, n), words(rng, e, n), format!("{e}"), None, a, rng),
+        "ars_slack" => {
+            // The models' FuseFSS truncation: its carry from truth tables (`gates::carry_table`).
+            let q = 1i64 << (n - 2);
+            let g = ArsSlackTable { bits: n, shift: f, out_bits: n, len: e };
+            let (r, k, t) = measure(&g, &[signed(ring, rng, e, -q, q)], a.reps, rng)?;
+            let shape = format!("{e}, |x| < 2^{}", n - 2);
+            Ok(row(op, "fusefss", a, r, k, t, shape, None, Some("table-carry".into())))
+        }
         "tr" => run_compiled(
             op,
             &library::truncate(n, f),
