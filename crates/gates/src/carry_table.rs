@@ -174,25 +174,19 @@ impl ArsSlackTable {
         let (e230, e231) = share(rng, &both, self.out_bits);
         let wrap: Vec<u64> = r.iter().map(|&r| (((r >> (n - 1)) & 1) << (n - s)) & m).collect();
         let (w0, w1) = share(rng, &wrap, self.out_bits);
+        let out_bits = self.out_bits;
+        let key = |party, tables, z, corr, ez, wrap| ArsSlackTableKey {
+            party,
+            out_bits,
+            tables,
+            z,
+            corr,
+            ez,
+            wrap,
+        };
         Ok((
-            ArsSlackTableKey {
-                party: Party::P0,
-                out_bits: self.out_bits,
-                tables: t0,
-                z: z0,
-                corr: [a0, b0],
-                ez: [e20, e30, e230],
-                wrap: w0,
-            },
-            ArsSlackTableKey {
-                party: Party::P1,
-                out_bits: self.out_bits,
-                tables: t1,
-                z: z1,
-                corr: [a1, b1],
-                ez: [e21, e31, e231],
-                wrap: w1,
-            },
+            key(Party::P0, t0, z0, [a0, b0], [e20, e30, e230], w0),
+            key(Party::P1, t1, z1, [a1, b1], [e21, e31, e231], w1),
         ))
     }
 
