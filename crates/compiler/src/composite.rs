@@ -259,9 +259,9 @@ pub fn softmax_tables_with(
     exp: SoftmaxExp,
 ) -> Result<(Compiled, Compiled), SpecError> {
     let split = CompileOptions { split: Some(true), ..CompileOptions::default() };
+    let nexp_bits = (cmp_bits + 1).min(bits);
     let (exp, f_in) = match exp {
         SoftmaxExp::Rows => {
-            let nexp_bits = (cmp_bits + 1).min(bits);
             let exp = made(Made::Nexp(nexp_bits, ring, scale), || {
                 Compiled::with_options(
                     &library::nexp_rows_nonneg(nexp_bits, ring, scale, NEXP_ROW_BITS),
@@ -271,7 +271,7 @@ pub fn softmax_tables_with(
             (exp, scale)
         }
         SoftmaxExp::Interp => {
-            let (nexp_bits, s, t) = ((cmp_bits + 1).min(bits), NEXP_INTERP_ROW_BITS, NEXP_INTERP_EXTRA_BITS);
+            let (s, t) = (NEXP_INTERP_ROW_BITS, NEXP_INTERP_EXTRA_BITS);
             let exp = made(Made::NexpInterp(nexp_bits, ring, scale), || {
                 Compiled::with_options(&library::nexp_interp(nexp_bits, ring, scale, s, t), split)
             })?;

@@ -19,7 +19,7 @@
 use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
 use fss::rng::SplitRng;
-use fss::{DecodeError, Party, Ring};
+use fss::{DecodeError, Party};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use crate::dealer::{random_bits, share, share_bits, split_draws};
@@ -28,6 +28,7 @@ use crate::gate::Gate;
 use crate::keyio::{GateKey, get_bits, get_words, key_debug, put_bits, put_words};
 use crate::kit::{check_inputs, check_party, party_term, unary};
 use crate::online::Ctx;
+use crate::shift::ArsSlack;
 
 /// Widest low chunk: its table is two words.
 const LOW_BITS: u32 = 7;
@@ -96,21 +97,21 @@ impl ArsSlackTable {
         self.out_bits
     }
 
+    /// SIGMA's truncation of the same shape: the same widths to check and the same result.
+    fn sigma(&self) -> ArsSlack {
+        ArsSlack { bits: self.bits, shift: self.shift, out_bits: self.out_bits, len: self.len }
+    }
+
     fn check(&self) -> Result<(), GateError> {
-        let n = self.bits;
-        if !(3..=64).contains(&n) || !Self::supports(self.shift) || self.shift > n - 2 {
-            return Err(GateError::Params(format!("table carry: shift {} on {n} bits", self.shift)));
+        if !Self::supports(self.shift) {
+            return Err(GateError::Params(format!("table carry: shift {} past 13 bits", self.shift)));
         }
-        if self.out_bits < n - self.shift || self.out_bits > 64 {
-            return Err(GateError::Params(format!("output width {} below n − s", self.out_bits)));
-        }
-        Ok(())
+        self.sigma().check()
     }
 
     /// The plaintext result for one input.
     fn plain(&self, x: u64) -> u64 {
-        let ring = Ring::new(self.bits).expect("valid width");
-        ((ring.to_signed(x) >> self.shift) as u64) & mask(self.out_bits)
+        self.sigma().plain(x)
     }
 
     /// Deal keys for input masks `r` and output masks `rout`.

@@ -300,7 +300,7 @@ impl ArsSlack {
     }
 
     /// The plaintext result for one input.
-    fn plain(&self, x: u64) -> u64 {
+    pub(crate) fn plain(&self, x: u64) -> u64 {
         let ring = Ring::new(self.bits).expect("valid width");
         ((ring.to_signed(x) >> self.shift) as u64) & mask(self.out_bits)
     }
@@ -313,7 +313,7 @@ impl ArsSlack {
         Carry { cmp_bits: self.shift, out_bits: self.out_bits, len: self.len }
     }
 
-    fn check(&self) -> Result<(), GateError> {
+    pub(crate) fn check(&self) -> Result<(), GateError> {
         check_shift(self.bits, self.shift, self.bits.saturating_sub(2))?;
         if self.out_bits < self.bits - self.shift || self.out_bits > 64 {
             return Err(GateError::Params(format!("output width {} below n − s", self.out_bits)));

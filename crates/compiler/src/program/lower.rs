@@ -388,12 +388,16 @@ impl<'a> Lower<'a> {
     /// and no other comparison (a slack spec's `û` has the offsets of `x`: `2^{n−2}` is a
     /// multiple of `2^f`).
     pub(super) fn low(&mut self, f: u32) -> Sym {
-        let l = self.l();
         let c = self.fams.carry(f);
         let c = self.arith(&BExpr::Leaf(c));
-        let row = (1u64 << f) & mask(l);
-        let r = Sym::secret(l, SVar::R).sub(&Sym::secret(l, SVar::RShr(f)).scale(row));
-        Sym::public(l, PVar::XHatLow(f)).sub(&r).add(&c.scale(row))
+        self.low_before_carry(f).add(&c.scale((1u64 << f) & mask(self.l())))
+    }
+
+    /// `λ = (x̂ mod 2^f) − (r mod 2^f)`: the offset in the row before the carry's `2^f·c`.
+    fn low_before_carry(&self, f: u32) -> Sym {
+        let l = self.l();
+        let r = Sym::secret(l, SVar::R).sub(&Sym::secret(l, SVar::RShr(f)).scale((1u64 << f) & mask(l)));
+        Sym::public(l, PVar::XHatLow(f)).sub(&r)
     }
 
     /// Constant `j` of the active piece, lowered now if it was deferred.
@@ -425,10 +429,7 @@ impl<'a> Lower<'a> {
             return self.add(&v, &p, true);
         }
         let at_h0 = self.step_value(&s.boundaries, &v, Some(f))?;
-        let row = (1u64 << f) & mask(l);
-        let r = Sym::secret(l, SVar::R).sub(&Sym::secret(l, SVar::RShr(f)).scale(row));
-        let lambda = Sym::public(l, PVar::XHatLow(f)).sub(&r);
-        let p = self.mul(&slope_sym, &lambda)?;
+        let p = self.mul(&slope_sym, &self.low_before_carry(f))?;
         self.add(&at_h0, &p, true)
     }
 
