@@ -8,7 +8,6 @@ use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
 use fss::rng::SplitRng;
 use fss::{DecodeError, Party};
-use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use crate::dealer::share;
 use crate::error::{GateError, check_len};
@@ -33,16 +32,15 @@ pub struct Mul {
 }
 
 /// A party's [`Mul`] key: shares of `r_x`, `r_y` and `r_x·r_y + r_z`.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct MulKey {
-    #[zeroize(skip)]
     party: Party,
-    #[zeroize(skip)]
     bits: u32,
     rx: Vec<u64>,
     ry: Vec<u64>,
     c: Vec<u64>,
 }
+fss::wipe_on_drop!(MulKey { wipe: [rx, ry, c], zeroize: [] });
 key_debug!(MulKey);
 
 impl GateKey for MulKey {
@@ -148,15 +146,14 @@ pub struct Square {
 }
 
 /// A party's [`Square`] key: shares of `r` and `r² + r_z`.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct SquareKey {
-    #[zeroize(skip)]
     party: Party,
-    #[zeroize(skip)]
     bits: u32,
     r: Vec<u64>,
     c: Vec<u64>,
 }
+fss::wipe_on_drop!(SquareKey { wipe: [r, c], zeroize: [] });
 key_debug!(SquareKey);
 
 impl GateKey for SquareKey {
@@ -260,16 +257,15 @@ pub struct MatMul {
 }
 
 /// A party's [`MatMul`] key: shares of `R_A`, `R_B` and `R_A·R_B + R_C`.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct MatMulKey {
-    #[zeroize(skip)]
     party: Party,
-    #[zeroize(skip)]
     bits: u32,
     ra: Vec<u64>,
     rb: Vec<u64>,
     c: Vec<u64>,
 }
+fss::wipe_on_drop!(MatMulKey { wipe: [ra, rb, c], zeroize: [] });
 key_debug!(MatMulKey);
 
 impl GateKey for MatMulKey {

@@ -20,7 +20,7 @@ use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
 use fss::rng::SplitRng;
 use fss::{DecodeError, Party};
-use zeroize::{Zeroize, ZeroizeOnDrop};
+use zeroize::Zeroize;
 
 use crate::dealer::{random_bits, share, share_bits, split_draws};
 use crate::error::{GateError, check_len};
@@ -49,11 +49,9 @@ pub struct ArsSlackTable {
 }
 
 /// A party's [`ArsSlackTable`] key.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ArsSlackTableKey {
-    #[zeroize(skip)]
     party: Party,
-    #[zeroize(skip)]
     out_bits: u32,
     /// Shares of every element's tables, `tables_bits()` bits each, packed in order.
     tables: Vec<u64>,
@@ -66,6 +64,7 @@ pub struct ArsSlackTableKey {
     /// Shares of `msb(r)·2^{n−s}`.
     wrap: Vec<u64>,
 }
+fss::wipe_on_drop!(ArsSlackTableKey { wipe: [tables, z, corr, ez, wrap], zeroize: [] });
 key_debug!(ArsSlackTableKey);
 
 impl ArsSlackTable {

@@ -19,7 +19,7 @@ use fss::ring::mask;
 use fss::rng::SplitRng;
 use fss::share::AddShare;
 use fss::{DecodeError, Party};
-use zeroize::{Zeroize, ZeroizeOnDrop};
+use zeroize::Zeroize;
 
 use crate::dealer::share;
 use crate::error::{GateError, check_len};
@@ -49,16 +49,15 @@ const ROW_WORDS: usize = 10;
 /// A party's [`CentredSumSq`] key: the carry DCF with its vector payload, shares of every
 /// input mask, and per row shares of `R, E, W, E·R, W·R, E², E·W, W², Σ_j r_j² + r_v` and
 /// `r_μ − E` (`E = ⌊ρ/2^k⌋`, `W = msb(ρ)·2^{n−k}`).
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct CentredSumSqKey {
-    #[zeroize(skip)]
     party: Party,
-    #[zeroize(skip)]
     bits: u32,
     dcf: DcfKeys,
     r: Vec<u64>,
     rows: [Vec<u64>; ROW_WORDS],
 }
+fss::wipe_on_drop!(CentredSumSqKey { wipe: [r, rows], zeroize: [dcf] });
 
 key_debug!(CentredSumSqKey);
 

@@ -31,13 +31,13 @@ pub struct Drelu {
 }
 
 /// A party's [`Drelu`] key: the comparison key and a share of the output correction bit.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct DreluKey {
-    #[zeroize(skip)]
     party: Party,
     cmp: BitDpfKeys,
     corr: Vec<bool>,
 }
+fss::wipe_on_drop!(DreluKey { wipe: [corr], zeroize: [cmp] });
 key_debug!(DreluKey);
 
 impl GateKey for DreluKey {
@@ -171,13 +171,13 @@ pub struct Relu {
 }
 
 /// A party's [`Relu`] key.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ReluKey {
-    #[zeroize(skip)]
     party: Party,
     drelu: DreluKey,
     select: SelectKey,
 }
+fss::wipe_on_drop!(ReluKey { wipe: [], zeroize: [drelu, select] });
 key_debug!(ReluKey);
 
 impl GateKey for ReluKey {
@@ -319,11 +319,9 @@ pub struct ReluDcf {
 
 /// A party's [`ReluDcf`] key: the DCF, shares of the input mask `r`, of its sign-test bit
 /// `m`, of `m·r`, and of the output mask.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ReluDcfKey {
-    #[zeroize(skip)]
     party: Party,
-    #[zeroize(skip)]
     bits: u32,
     dcf: DcfKeys,
     r: Vec<u64>,
@@ -331,6 +329,7 @@ pub struct ReluDcfKey {
     mr: Vec<u64>,
     rout: Vec<u64>,
 }
+fss::wipe_on_drop!(ReluDcfKey { wipe: [r, m, mr, rout], zeroize: [dcf] });
 key_debug!(ReluDcfKey);
 
 impl GateKey for ReluDcfKey {
@@ -467,13 +466,13 @@ pub struct Interval {
 }
 
 /// A party's [`Interval`] key: the comparison key at the mask and a share of the output mask.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct IntervalKey {
-    #[zeroize(skip)]
     party: Party,
     cmp: BitDpfKeys,
     rout: Vec<bool>,
 }
+fss::wipe_on_drop!(IntervalKey { wipe: [rout], zeroize: [cmp] });
 key_debug!(IntervalKey);
 
 impl GateKey for IntervalKey {
@@ -606,12 +605,12 @@ enum LevelKey {
 }
 
 /// A party's [`MaxTree`] key: one ReLU key per level.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct MaxTreeKey {
-    #[zeroize(skip)]
     party: Party,
     levels: Vec<LevelKey>,
 }
+fss::wipe_on_drop!(MaxTreeKey { wipe: [], zeroize: [levels] });
 key_debug!(MaxTreeKey);
 
 impl GateKey for MaxTreeKey {

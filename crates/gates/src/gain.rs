@@ -21,7 +21,7 @@ use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
 use fss::rng::SplitRng;
 use fss::{DecodeError, Party, Ring};
-use zeroize::{Zeroize, ZeroizeOnDrop};
+use zeroize::Zeroize;
 
 use crate::dealer::share;
 use crate::error::{GateError, check_len};
@@ -58,11 +58,9 @@ struct Widths {
 }
 
 /// A party's [`DeferredGain`] key.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct DeferredGainKey {
-    #[zeroize(skip)]
     party: Party,
-    #[zeroize(skip)]
     widths: Widths,
     /// The first carry, masked (`len` points).
     first: MaskedBitKey,
@@ -75,6 +73,7 @@ pub struct DeferredGainKey {
     /// Shares of `msb(M)`, `s2` bits (the parties use them times `2^{n−s2}`), at `2ĉ₁ + μ₁`.
     wrap: [Vec<u64>; 4],
 }
+fss::wipe_on_drop!(DeferredGainKey { wipe: [offset, flip, wrap], zeroize: [first, second] });
 
 key_debug!(DeferredGainKey);
 

@@ -16,7 +16,6 @@ use fss::ring::mask;
 use fss::rng::SplitRng;
 use fss::{DecodeError, Party};
 use rayon::prelude::*;
-use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use crate::dealer::{random_bits, random_words, share, share_bits};
 use crate::error::{GateError, check_len};
@@ -39,11 +38,9 @@ pub struct Lut {
 }
 
 /// A party's [`Lut`] key.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct LutKey {
-    #[zeroize(skip)]
     party: Party,
-    #[zeroize(skip)]
     out_bits: u32,
     dpf: BitDpfKeys,
     /// XOR share of the sign-bit mask `r_w`.
@@ -54,6 +51,7 @@ pub struct LutKey {
     rwrv: Vec<u64>,
     rout: Vec<u64>,
 }
+fss::wipe_on_drop!(LutKey { wipe: [rw_bit, rv, rw, rwrv, rout], zeroize: [dpf] });
 key_debug!(LutKey);
 
 impl GateKey for LutKey {

@@ -11,7 +11,6 @@ use fss::dcf::{self, DcfKeys, DcfParams};
 use fss::ring::mask;
 use fss::rng::SplitRng;
 use fss::{AddShare, DecodeError, Party, Ring};
-use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use crate::arith::{Mul, MulKey};
 use crate::cmp::{Drelu, DreluKey};
@@ -52,13 +51,13 @@ pub struct Clip {
 }
 
 /// A party's [`Clip`] key.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ClipKey {
-    #[zeroize(skip)]
     party: Party,
     drelu: DreluKey,
     select: SelectKey,
 }
+fss::wipe_on_drop!(ClipKey { wipe: [], zeroize: [drelu, select] });
 key_debug!(ClipKey);
 
 impl GateKey for ClipKey {
@@ -173,15 +172,14 @@ pub struct TruncReduceDcf {
 }
 
 /// A party's [`TruncReduceDcf`] key: a DCF on the low bits and a share of `r_out − r_h`.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct TruncReduceDcfKey {
-    #[zeroize(skip)]
     party: Party,
-    #[zeroize(skip)]
     out_bits: u32,
     dcf: DcfKeys,
     corr: Vec<u64>,
 }
+fss::wipe_on_drop!(TruncReduceDcfKey { wipe: [corr], zeroize: [dcf] });
 key_debug!(TruncReduceDcfKey);
 
 impl GateKey for TruncReduceDcfKey {
@@ -298,16 +296,15 @@ pub struct ArsSlackDcf {
 
 /// A party's [`ArsSlackDcf`] key: the carry DCF, shares of `r_out − r_h` and of
 /// `2^{n−s}·msb(r)`.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ArsSlackDcfKey {
-    #[zeroize(skip)]
     party: Party,
-    #[zeroize(skip)]
     bits: u32,
     dcf: DcfKeys,
     corr: Vec<u64>,
     wrap: Vec<u64>,
 }
+fss::wipe_on_drop!(ArsSlackDcfKey { wipe: [corr, wrap], zeroize: [dcf] });
 key_debug!(ArsSlackDcfKey);
 
 impl GateKey for ArsSlackDcfKey {
@@ -473,9 +470,8 @@ pub struct ReluResidual {
 pub const SCALE: u32 = 12;
 
 /// A party's [`ReluResidual`] key.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ReluResidualKey {
-    #[zeroize(skip)]
     party: Party,
     tr: TruncReduceKey,
     drelu: DreluKey,
@@ -484,6 +480,7 @@ pub struct ReluResidualKey {
     lut: LutKey,
     relu: SelectKey,
 }
+fss::wipe_on_drop!(ReluResidualKey { wipe: [], zeroize: [tr, drelu, abs, clip, lut, relu] });
 key_debug!(ReluResidualKey);
 
 impl GateKey for ReluResidualKey {
@@ -654,9 +651,8 @@ pub struct NExp {
 }
 
 /// A party's [`NExp`] key.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct NExpKey {
-    #[zeroize(skip)]
     party: Party,
     clip: ClipKey,
     tr: TruncReduceDcfKey,
@@ -665,6 +661,7 @@ pub struct NExpKey {
     mul: MulKey,
     ars: ArsSlackKey,
 }
+fss::wipe_on_drop!(NExpKey { wipe: [], zeroize: [clip, tr, lo, hi, mul, ars] });
 key_debug!(NExpKey);
 
 impl GateKey for NExpKey {
@@ -804,13 +801,13 @@ pub struct Reciprocal {
 }
 
 /// A party's [`Reciprocal`] key.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ReciprocalKey {
-    #[zeroize(skip)]
     party: Party,
     tr: TruncReduceDcfKey,
     lut: LutKey,
 }
+fss::wipe_on_drop!(ReciprocalKey { wipe: [], zeroize: [tr, lut] });
 key_debug!(ReciprocalKey);
 
 impl GateKey for ReciprocalKey {

@@ -12,7 +12,6 @@ use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
 use fss::rng::SplitRng;
 use fss::{DecodeError, Party};
-use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use crate::arith::{Mul, MulKey};
 use crate::centre::{CentredSumSq, CentredSumSqKey};
@@ -39,15 +38,14 @@ pub struct SumSq {
 }
 
 /// A party's [`SumSq`] key: shares of every input mask and of `Σ_j r_j² + r_out` per row.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct SumSqKey {
-    #[zeroize(skip)]
     party: Party,
-    #[zeroize(skip)]
     bits: u32,
     r: Vec<u64>,
     c: Vec<u64>,
 }
+fss::wipe_on_drop!(SumSqKey { wipe: [r, c], zeroize: [] });
 key_debug!(SumSqKey);
 
 impl GateKey for SumSqKey {

@@ -16,7 +16,6 @@ use fss::dcf::{self, DcfKeys, DcfParams};
 use fss::ring::mask;
 use fss::rng::SplitRng;
 use fss::{AddShare, DecodeError, Party};
-use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use crate::arith::{Mul, MulKey};
 use crate::dealer::{random_words, share};
@@ -46,11 +45,9 @@ pub struct Rsqrt {
 }
 
 /// A party's [`Rsqrt`] key.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct RsqrtKey {
-    #[zeroize(skip)]
     party: Party,
-    #[zeroize(skip)]
     bits: u32,
     /// DCF at the input mask, payload 1 (the exponent tests).
     exp: DcfKeys,
@@ -64,6 +61,7 @@ pub struct RsqrtKey {
     idx: Vec<u64>,
     lut: LutKey,
 }
+fss::wipe_on_drop!(RsqrtKey { wipe: [rk, rm, idx], zeroize: [exp, mul, carry, lut] });
 key_debug!(RsqrtKey);
 
 impl GateKey for RsqrtKey {

@@ -14,7 +14,6 @@ use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
 use fss::rng::SplitRng;
 use fss::{DecodeError, Party};
-use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use crate::dealer::share;
 use crate::error::{GateError, check_len};
@@ -33,17 +32,16 @@ pub struct Select {
 }
 
 /// A party's [`Select`] key.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct SelectKey {
-    #[zeroize(skip)]
     party: Party,
-    #[zeroize(skip)]
     bits: u32,
     ry: Vec<u64>,
     rb: Vec<u64>,
     rbry: Vec<u64>,
     rout: Vec<u64>,
 }
+fss::wipe_on_drop!(SelectKey { wipe: [ry, rb, rbry, rout], zeroize: [] });
 key_debug!(SelectKey);
 
 impl GateKey for SelectKey {
@@ -167,15 +165,14 @@ pub struct B2A {
 }
 
 /// A party's [`B2A`] key: shares of the bit mask (in the ring) and of the output mask.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct B2AKey {
-    #[zeroize(skip)]
     party: Party,
-    #[zeroize(skip)]
     bits: u32,
     rb: Vec<u64>,
     rout: Vec<u64>,
 }
+fss::wipe_on_drop!(B2AKey { wipe: [rb, rout], zeroize: [] });
 key_debug!(B2AKey);
 
 impl GateKey for B2AKey {

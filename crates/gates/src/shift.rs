@@ -11,7 +11,6 @@ use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
 use fss::rng::SplitRng;
 use fss::{DecodeError, Party, Ring};
-use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use crate::dealer::{random_bits, random_words, share, share_bits};
 use crate::error::{GateError, check_len};
@@ -22,11 +21,12 @@ use crate::online::Ctx;
 
 /// A masked comparison bit `c = 1{y < α}` opened as `ĉ = c ⊕ z` (one round, one bit per
 /// element): the 1-bit DPF at the points and each party's share of the bits `z`.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct MaskedBitKey {
     cmp: BitDpfKeys,
     z: Vec<bool>,
 }
+fss::wipe_on_drop!(MaskedBitKey { wipe: [z], zeroize: [cmp] });
 
 /// Deal a [`MaskedBitKey`] pair for the points `alpha` (`cmp_bits` wide): the keys and the
 /// bits `z` that mask the opened comparisons.
@@ -84,13 +84,13 @@ pub(crate) struct Carry {
 }
 
 /// A masked comparison bit and the correction words `corr[ĉ]` it selects.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct CarryKey {
-    #[zeroize(skip)]
     shape: Carry,
     bit: MaskedBitKey,
     corr: [Vec<u64>; 2],
 }
+fss::wipe_on_drop!(CarryKey { wipe: [corr], zeroize: [bit] });
 
 impl Carry {
     /// Deal: `alpha` the comparison points, `v[c]` the correction when the bit is `c`.
@@ -183,12 +183,12 @@ pub struct TruncReduce {
 }
 
 /// A party's [`TruncReduce`] key.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct TruncReduceKey {
-    #[zeroize(skip)]
     party: Party,
     carry: CarryKey,
 }
+fss::wipe_on_drop!(TruncReduceKey { wipe: [], zeroize: [carry] });
 key_debug!(TruncReduceKey);
 carry_gate_key!(TruncReduceKey, TruncReduce);
 
@@ -264,15 +264,14 @@ pub struct ArsSlack {
 }
 
 /// A party's [`ArsSlack`] key: the carry key and a share of `MSB(r)·2^{n−s}`.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ArsSlackKey {
-    #[zeroize(skip)]
     party: Party,
-    #[zeroize(skip)]
     out_bits: u32,
     carry: CarryKey,
     wrap: Vec<u64>,
 }
+fss::wipe_on_drop!(ArsSlackKey { wipe: [wrap], zeroize: [carry] });
 key_debug!(ArsSlackKey);
 
 impl GateKey for ArsSlackKey {
@@ -394,12 +393,12 @@ pub struct Extend {
 }
 
 /// A party's [`Extend`] key.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ExtendKey {
-    #[zeroize(skip)]
     party: Party,
     carry: CarryKey,
 }
+fss::wipe_on_drop!(ExtendKey { wipe: [], zeroize: [carry] });
 key_debug!(ExtendKey);
 carry_gate_key!(ExtendKey, Extend);
 
@@ -481,13 +480,13 @@ pub struct ShiftExact {
 }
 
 /// A party's [`ShiftExact`] key.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ShiftExactKey {
-    #[zeroize(skip)]
     party: Party,
     tr: TruncReduceKey,
     ext: ExtendKey,
 }
+fss::wipe_on_drop!(ShiftExactKey { wipe: [], zeroize: [tr, ext] });
 key_debug!(ShiftExactKey);
 
 impl GateKey for ShiftExactKey {
@@ -581,13 +580,13 @@ pub struct ArsSign {
 }
 
 /// A party's [`ArsSign`] key.
-#[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ArsSignKey {
-    #[zeroize(skip)]
     party: Party,
     shift: ShiftExactKey,
     sign: crate::cmp::DreluKey,
 }
+fss::wipe_on_drop!(ArsSignKey { wipe: [], zeroize: [shift, sign] });
 key_debug!(ArsSignKey);
 
 impl GateKey for ArsSignKey {
