@@ -215,24 +215,30 @@ impl DeferredGain {
         check_len("masked inputs", self.len, zh.len())?;
         let (n, s1, s2) = (self.bits, self.s1, self.s2);
         let m = mask(n);
-        let x1: Vec<u64> = zh.iter().map(|&x| x.wrapping_add(1 << (n - 2)) & m).collect();
-        let lows1: Vec<u64> = x1.iter().map(|&x| x & mask(s1)).collect();
+        // (Row by row, each pass writing only what the next round reads: `x₁ = ẑ + 2^{n−2}`
+        // is recomputed where it is read.)
+        let lift = |z: u64| z.wrapping_add(1 << (n - 2)) & m;
+        let lows1: Vec<u64> = zh.iter().map(|&z| lift(z) & mask(s1)).collect();
         let c1 = key.first.open(ctx, &lows1).await?;
         // `Â = γ·(pub₁ − ĉ₁) + β`, public; its mask is `M(ĉ₁, μ₁)`.
-        let x2: Vec<u64> = (0..self.len)
-            .map(|i| {
-                let j = i % cols;
-                let u = (x1[i] >> s1).wrapping_sub(1 << (n - s1 - 2)).wrapping_sub(c1[i]);
-                gamma[j].wrapping_mul(u).wrapping_add(beta[j]).wrapping_add(1 << (n - 2)) & m
-            })
-            .collect();
-        let lows2: Vec<u64> = x2.iter().map(|&x| x & mask(s2)).collect();
-        let pick: Vec<u32> = (0..self.len).map(|i| 2 * i as u32 + c1[i] as u32).collect();
+        let mut x2 = Vec::with_capacity(self.len);
+        let mut lows2 = Vec::with_capacity(self.len);
+        let mut pick = Vec::with_capacity(self.len);
+        for (i0, (row, c)) in zh.chunks(cols).zip(c1.chunks(cols)).enumerate() {
+            for (((&z, &c), &g), &b) in row.iter().zip(c).zip(gamma.iter()).zip(beta.iter()) {
+                let u = (lift(z) >> s1).wrapping_sub(1 << (n - s1 - 2)).wrapping_sub(c);
+                let x = g.wrapping_mul(u).wrapping_add(b).wrapping_add(1 << (n - 2)) & m;
+                x2.push(x);
+                lows2.push(x & mask(s2));
+            }
+            let at = (i0 * cols) as u32;
+            pick.extend(c.iter().enumerate().map(|(j, &c)| 2 * (at + j as u32) + c as u32));
+        }
         let c2 = key.second.open_indexed(ctx, &lows2, &pick).await?;
         let own = party_term(ctx.party());
         let y: Vec<u64> = (0..self.len)
             .map(|i| {
-                let mu1 = 1 - (x1[i] >> (n - 1));
+                let mu1 = 1 - (lift(zh[i]) >> (n - 1));
                 let k = 2 * c1[i] as usize + mu1 as usize;
                 let public = (x2[i] >> s2).wrapping_sub(1 << (n - s2 - 2));
                 let mu2 = 1 - (x2[i] >> (n - 1));
