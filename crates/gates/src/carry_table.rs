@@ -200,11 +200,13 @@ impl ArsSlackTable {
         check_len("inputs", self.len, xh.len())?;
         let (hb, lb, tb) = (self.high_bits(), self.low_bits(), self.table_bits());
         let read = |bit: usize| -> u64 { (key.tables[bit / 64] >> (bit % 64)) & 1 };
-        let x1: Vec<u64> = xh.iter().map(|&x| x.wrapping_add(1 << (n - 2)) & mask(n)).collect();
-        // Round 1: `a ⊕ z₁`, `e ⊕ z₂`, `b ⊕ z₃` per element (`e` is 0 without a high chunk).
-        let mut bits = vec![0u64; 3 * self.len];
-        for (i, &x) in x1.iter().enumerate() {
-            let low = x & mask(s);
+        // (`x₁ = x̂ + 2^{n−2}` is recomputed where it is read.)
+        let lift = |x: u64| x.wrapping_add(1 << (n - 2)) & mask(n);
+        // Round 1: `a ⊕ z₁`, `e ⊕ z₂`, `b ⊕ z₃` per element (`e` is 0 without a high chunk),
+        // as bits 0, 1 and 2 of one word: one 3-bit field per element on the wire.
+        let mut bits = Vec::with_capacity(self.len);
+        for (i, &x) in xh.iter().enumerate() {
+            let low = lift(x) & mask(s);
             let (h, l) = ((low >> lb) as usize, (low & mask(lb)) as usize);
             let mut at = i * tb;
             let (a, e) = if hb > 0 {
@@ -218,18 +220,19 @@ impl ArsSlackTable {
             let b = read(at + l);
             // Without a high chunk the carry is `b` alone: it stands in `a`'s place.
             let (a, b) = if hb > 0 { (a, b) } else { (b, 0) };
-            bits[3 * i] = a ^ key.z[3 * i] as u64;
-            bits[3 * i + 1] = e ^ key.z[3 * i + 1] as u64;
-            bits[3 * i + 2] = b ^ key.z[3 * i + 2] as u64;
+            let z = key.z[3 * i] as u64 | (key.z[3 * i + 1] as u64) << 1 | (key.z[3 * i + 2] as u64) << 2;
+            bits.push((a | e << 1 | b << 2) ^ z);
         }
-        let opened = ctx.open(&bits, 1).await?;
+        let mut opened = vec![0u64; self.len];
+        ctx.open_packed_bits_into(&bits, 3, &mut opened).await?;
         let own = party_term(ctx.party());
         let [c0, c1] = &key.corr;
         let [e2, e3, e23] = &key.ez;
         let y: Vec<u64> = (0..self.len)
             .map(|i| {
-                let x = x1[i];
-                let (a, e, b) = (opened[3 * i], opened[3 * i + 1], opened[3 * i + 2]);
+                let x = lift(xh[i]);
+                let o = opened[i];
+                let (a, e, b) = (o & 1, (o >> 1) & 1, (o >> 2) & 1);
                 let public = (x >> s).wrapping_sub(1 << (n - s - 2));
                 let not_msb = 1 - (x >> (n - 1));
                 // −e·b = −(ê·b̂ + ê(1 − 2b̂)·z₃ + b̂(1 − 2ê)·z₂ + (1 − 2ê)(1 − 2b̂)·z₂z₃).

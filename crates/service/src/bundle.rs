@@ -75,7 +75,9 @@ pub const VERSION: u16 = 3;
 /// 21: FuseFSS truncations (shifts up to 13 bits) read their carry from XOR-shared truth
 /// tables (`gates::carry_table`). 22: FuseFSS softmax's `e^{−x}` as joined lines in rows of
 /// 128 ulps at 5 more fractional bits (`library::nexp_interp`), `1/S` reading its sum there.
-pub const PROTOCOL_REVISION: u64 = 22;
+/// 23: FuseFSS truncations' first round opens each element's three masked bits as one
+/// 3-bit field (the same bytes, another order: no key changes).
+pub const PROTOCOL_REVISION: u64 = 23;
 const KIND_INPUT: u8 = 1;
 const KIND_GATE: u8 = 2;
 const KIND_OUTPUT: u8 = 3;
