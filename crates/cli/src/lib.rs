@@ -19,4 +19,6 @@ pub mod fit;
 #[doc(hidden)]
 pub mod generate;
 #[doc(hidden)]
+pub mod interrupt;
+#[doc(hidden)]
 pub mod model;

@@ -146,7 +146,13 @@ impl KeysArgs {
             on_disk: self.keys_on_disk,
             dir: self.keys_dir.as_deref(),
         };
-        asked.resolve(default, || std::env::temp_dir().join(format!("fusefss-keys-{}", std::process::id())))
+        let (at, temp) = asked
+            .resolve(default, || std::env::temp_dir().join(format!("fusefss-keys-{}", std::process::id())));
+        // A folder made here goes with the process even when a signal stops it.
+        if let Some(d) = &temp {
+            crate::interrupt::remove_on_interrupt(d);
+        }
+        (at, temp)
     }
 }
 

@@ -93,3 +93,61 @@ fn zero_reps_is_an_error() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--reps"));
 }
+
+/// An interrupted run removes the key folder it made (Ctrl-C, `kill`): the bundles of a
+/// run are gigabytes, and a signal skips the clean-up the command does when it ends. The
+/// run's temporary folder is under a `TMPDIR` of the test's own.
+#[test]
+fn an_interrupted_run_removes_its_key_folder() {
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+    /// The test's folder and run, removed and stopped however the test ends.
+    struct Scratch(std::path::PathBuf, Option<Child>);
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            if let Some(c) = &mut self.1 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let tmp = std::env::temp_dir().join(format!("fusefss-interrupt-test-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut scratch = Scratch(tmp.clone(), None);
+    for signal in ["-INT", "-TERM"] {
+        let child = Command::new(env!("CARGO_BIN_EXE_fusefss"))
+            .args([
+                "bench",
+                "model",
+                "--model",
+                "bert-tiny",
+                "--seq",
+                "64",
+                "--impl",
+                "both",
+                "--reps",
+                "1000",
+            ])
+            .env("TMPDIR", &tmp)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run fusefss");
+        let (pid, folder) = (child.id(), tmp.join(format!("fusefss-keys-{}", child.id())));
+        let child = scratch.1.insert(child);
+        let t = Instant::now();
+        // Bundles being written: the run is under way.
+        while !folder.join("party0").exists() {
+            assert!(t.elapsed() < Duration::from_secs(60), "no key folder at {}", folder.display());
+            assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(Command::new("kill").args([signal, &pid.to_string()]).status().unwrap().success());
+        let status = child.wait().unwrap();
+        scratch.1 = None;
+        assert_eq!(status.code(), Some(fusefss::interrupt::INTERRUPTED), "{signal}");
+        assert!(!folder.exists(), "{} left behind after {signal}", folder.display());
+    }
+}

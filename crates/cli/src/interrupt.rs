@@ -1,0 +1,34 @@
+//! Key folders a command made for itself, removed when the command is interrupted (Ctrl-C,
+//! `kill`): a run's bundles are gigabytes (MiniLM seq 128: 13 GB for both parties), and a
+//! process stopped by a signal runs none of the clean-up its command does at the end.
+//!
+//! Only the command-line tool installs the handler ([`crate::model::KeysArgs`]): a library
+//! caller (the Python bindings) keeps its own handling of signals.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, Once, PoisonError};
+
+/// Folders to remove on an interrupt.
+static FOLDERS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static HANDLER: Once = Once::new();
+
+/// Exit status after an interrupt (as a shell reports a process stopped by `SIGINT`).
+pub const INTERRUPTED: i32 = 130;
+
+/// Remove `dir` and all it holds if the process is interrupted (`SIGINT`, `SIGTERM` or
+/// `SIGHUP`) before it exits, then exit with [`INTERRUPTED`]. The handler is installed on
+/// the first call; if another one is installed already, the folder is left as before.
+pub fn remove_on_interrupt(dir: &Path) {
+    HANDLER.call_once(|| {
+        // (Runs on a thread of its own, not in the signal handler: removing files is safe
+        // there.)
+        let _ = ctrlc::set_handler(|| {
+            let dirs = std::mem::take(&mut *FOLDERS.lock().unwrap_or_else(PoisonError::into_inner));
+            for d in dirs {
+                let _ = std::fs::remove_dir_all(d);
+            }
+            std::process::exit(INTERRUPTED);
+        });
+    });
+    FOLDERS.lock().unwrap_or_else(PoisonError::into_inner).push(dir.to_path_buf());
+}
