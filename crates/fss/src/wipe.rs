@@ -4,9 +4,9 @@
 //! [`wipe`] clears the vector, zeroizes its whole allocation through `zeroize`'s bulk path
 //! for uninitialised memory (a `memset` and an optimisation barrier) and releases it.
 //! Wiping the hundreds of MB of keys a model drops layer by layer is memory-bound: one
-//! bert-tiny query (seq 128) wiped ~228 MB per server for FuseFSS and ~219 MB for SIGMA
-//! (counted in `wipe`, temporarily; the time in CHANGELOG.md); FuseFSS's
-//! compiled keys now hold their narrow words at 1 or 32 bits, ~27 MB less by their widths.
+//! bert-tiny query (seq 128) wipes ~140 MB per server for FuseFSS and ~108 MB for SIGMA
+//! (counted in `wipe` per thread, temporarily, in the twenty-fourth session; the times in
+//! CHANGELOG.md).
 
 use std::mem::MaybeUninit;
 
@@ -35,7 +35,7 @@ pub fn wipe<T: Copy>(v: &mut Vec<T>) {
 /// (`#[derive(Zeroize)]` on a key goes through `zeroize`'s `Vec` impl, which writes every
 /// element with a volatile store before clearing the allocation in bulk: each byte twice,
 /// the first time slowly. bert-tiny's FuseFSS truncation keys took 3.5 ms per server and
-/// query to wipe that way, 2.5 ms with [`wipe`].)
+/// query to wipe that way, 2.7 ms with [`wipe`].)
 pub trait WipeField {
     /// Zero and release every allocation of the field.
     fn wipe_field(&mut self);

@@ -28,7 +28,7 @@ use crate::gate::Gate;
 use crate::keyio::{GateKey, get_bits, get_words, key_debug, put_bits, put_words};
 use crate::kit::{check_inputs, check_party, party_term, unary};
 use crate::online::Ctx;
-use crate::shift::ArsSlack;
+use crate::shift::{ArsSlack, slack_lift};
 
 /// Widest low chunk: its table is two words.
 const LOW_BITS: u32 = 7;
@@ -201,7 +201,7 @@ impl ArsSlackTable {
         let (hb, lb, tb) = (self.high_bits(), self.low_bits(), self.table_bits());
         let read = |bit: usize| -> u64 { (key.tables[bit / 64] >> (bit % 64)) & 1 };
         // (`x₁ = x̂ + 2^{n−2}` is recomputed where it is read.)
-        let lift = |x: u64| x.wrapping_add(1 << (n - 2)) & mask(n);
+        let lift = |x: u64| slack_lift(x, n);
         // Round 1: `a ⊕ z₁`, `e ⊕ z₂`, `b ⊕ z₃` per element (`e` is 0 without a high chunk),
         // as bits 0, 1 and 2 of one word: one 3-bit field per element on the wire.
         let mut bits = Vec::with_capacity(self.len);

@@ -29,7 +29,7 @@ use crate::gate::Gate;
 use crate::keyio::{GateKey, get_words, key_debug, put_words};
 use crate::kit::{check_inputs, check_party, party_term, unary};
 use crate::online::Ctx;
-use crate::shift::{MaskedBitKey, deal_masked_bits};
+use crate::shift::{MaskedBitKey, deal_masked_bits, slack_lift};
 
 /// `len` elements of `⌊(γ_j·⌊z/2^{s1}⌋ + β_j)/2^{s2}⌋` in `Z_{2^bits}` (`j = i mod cols`,
 /// `cols` the gain's length), every truncated value below `2^{bits−2}` in magnitude (the
@@ -217,7 +217,7 @@ impl DeferredGain {
         let m = mask(n);
         // (Row by row, each pass writing only what the next round reads: `x₁ = ẑ + 2^{n−2}`
         // is recomputed where it is read.)
-        let lift = |z: u64| z.wrapping_add(1 << (n - 2)) & m;
+        let lift = |z: u64| slack_lift(z, n);
         let lows1: Vec<u64> = zh.iter().map(|&z| lift(z) & mask(s1)).collect();
         let c1 = key.first.open(ctx, &lows1).await?;
         // `Â = γ·(pub₁ − ĉ₁) + β`, public; its mask is `M(ĉ₁, μ₁)`.

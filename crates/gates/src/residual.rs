@@ -27,7 +27,7 @@ use crate::keyio::{GateKey, get_words, put_words};
 use crate::kit::{check_inputs, check_party, party_term};
 use crate::norm::{Norm, NormKey, NormTailKey};
 use crate::online::Ctx;
-use crate::shift::{ArsSlack, ArsSlackKey, MaskedBitKey, deal_masked_bits};
+use crate::shift::{ArsSlack, ArsSlackKey, MaskedBitKey, deal_masked_bits, slack_lift};
 use crate::unary::{SigmaRsqrt, SigmaShift, UnaryFamily};
 
 /// `x = h + ⌊y / 2^shift⌋` (`|y| < 2^{n−2}`), output `[norm(x); x]`, SIGMA's way: a
@@ -355,7 +355,7 @@ impl<M: UnaryFamily, Q: UnaryFamily> Gate for DeferredResidualNorm<M, Q> {
         let (n, s, cols) = (self.norm.bits, self.shift, self.norm.cols);
         let (m, up) = (mask(n), n - s);
         let (hh, yh) = (inputs[0], inputs[1]);
-        let x1: Vec<u64> = yh.iter().map(|&y| y.wrapping_add(1 << (n - 2)) & m).collect();
+        let x1: Vec<u64> = yh.iter().map(|&y| slack_lift(y, n)).collect();
         let lows: Vec<u64> = x1.iter().map(|&x| x & mask(s)).collect();
         // Round 1: the masked carries.
         let chat = key.carry.open(ctx, &lows).await?;

@@ -293,6 +293,14 @@ impl GateKey for ArsSlackKey {
     }
 }
 
+/// `x + 2^{n−2} mod 2^n`: the slack identity's shift, which makes a value below `2^{n−2}`
+/// in magnitude non-negative and below `2^{n−1}` (the truncations with slack read their
+/// carry and sign from it).
+#[inline]
+pub(crate) fn slack_lift(x: u64, n: u32) -> u64 {
+    x.wrapping_add(1 << (n - 2)) & mask(n)
+}
+
 impl ArsSlack {
     fn output_width(&self) -> u32 {
         self.out_bits
@@ -355,7 +363,7 @@ impl ArsSlack {
         self.check()?;
         let (n, s, m) = (self.bits, self.shift, mask(self.out_bits));
         check_len("inputs", self.len, xh.len())?;
-        let x1: Vec<u64> = xh.iter().map(|&x| x.wrapping_add(1 << (n - 2)) & mask(n)).collect();
+        let x1: Vec<u64> = xh.iter().map(|&x| slack_lift(x, n)).collect();
         let lows: Vec<u64> = x1.iter().map(|&x| x & mask(s)).collect();
         let opened = key.carry.bit.open(ctx, &lows).await?;
         let own = party_term(ctx.party());
