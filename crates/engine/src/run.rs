@@ -95,7 +95,11 @@ pub fn on_own_core<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     let idle = || IDLE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let pool = idle().pop();
     let pool = pool.unwrap_or_else(|| {
-        rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("start a server thread")
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .thread_name(|_| "server".into())
+            .build()
+            .expect("start a server thread")
     });
     let out = pool.install(f);
     idle().push(pool);

@@ -987,9 +987,11 @@ impl<'a> BitReader<'a> {
             }
             return Ok(());
         }
-        // Segments on one side of the split, 64 bits at a time.
+        // Segments on one side of the split: bits up to a word boundary of `out`, then whole
+        // words read as one run (from the pad or the stream), then the last bits.
         let base = out.len();
-        out.resize(base + count.div_ceil(64), 0);
+        let words = count.div_ceil(64);
+        out.resize(base + words, 0);
         let mut i = 0;
         while i < count {
             let (seg, mine) = self.pad.as_mut().expect("a pad").segment(1, count - i);
@@ -997,14 +999,34 @@ impl<'a> BitReader<'a> {
                 // The other party's pad words: passed over at once, the words read.
                 self.pad.as_mut().expect("a pad").pad.skip(seg as u64);
             }
-            let mut j = i;
-            while j < i + seg {
-                let k = (i + seg - j).min(64) as u32;
-                let v = if mine { self.pad.as_mut().expect("a pad").pad.take(k) } else { self.get(k)? };
+            let end = i + seg;
+            let part = |r: &mut Self, j: usize, k: usize, out: &mut Vec<u64>| -> Result<(), DecodeError> {
+                let k = k as u32;
+                let v = if mine { r.pad.as_mut().expect("a pad").pad.take(k) } else { r.get(k)? };
                 place_bits(&mut out[base..], j, v, k);
-                j += k as usize;
+                Ok(())
+            };
+            let head = ((64 - i % 64) % 64).min(seg);
+            if head > 0 {
+                part(self, i, head, out)?;
             }
-            i += seg;
+            let j = i + head;
+            let whole = (end - j) / 64;
+            if whole > 0 {
+                // (`out` from word `j / 64` on is zeros: taken off, appended, put back.)
+                out.truncate(base + j / 64);
+                if mine {
+                    self.pad.as_mut().expect("a pad").pad.take_run(64, whole, out, |v| v);
+                } else {
+                    self.get_run(64, whole, out)?;
+                }
+                out.resize(base + words, 0);
+            }
+            let j = j + 64 * whole;
+            if end > j {
+                part(self, j, end - j, out)?;
+            }
+            i = end;
         }
         Ok(())
     }
@@ -1394,6 +1416,50 @@ mod tests {
             b.finish().unwrap();
             for (i, &v) in bits.iter().enumerate() {
                 assert_eq!((p0[i / 64] ^ p1[i / 64]) >> (i % 64) & 1, v, "split {split}, bit {i}");
+            }
+        }
+    }
+
+    /// Packed one-bit share words read with a pad are the words read one by one, wherever
+    /// the split falls (before, inside and after the run, on and off word boundaries), on
+    /// either side of it, behind any stream offset, for runs shorter and longer than a word.
+    #[test]
+    fn packed_share_bits_read_with_a_pad_are_the_single_reads() {
+        use crate::pad::PadStream;
+        use crate::rng::{DealerRng, Rng, SeedableRng};
+        let mut rng = DealerRng::seed_from_u64(21);
+        let data: Vec<u8> = (0..2048).map(|_| rng.next_u64() as u8).collect();
+        for lead in [0u32, 1, 7, 63, 64, 65] {
+            for count in [1usize, 5, 63, 64, 65, 129, 1000, 4000] {
+                for split in [0u64, 1, 3, 63, 64, 65, 128, 500, 999, 4000, 5000] {
+                    for seeded_below in [true, false] {
+                        let reader = || {
+                            let pad = PadStream::new(&[9u8; 16]);
+                            let mut r = BitReader::with_pad(&data, pad, split, seeded_below);
+                            r.get(lead.min(64)).unwrap();
+                            r.get(lead.saturating_sub(64)).unwrap();
+                            r
+                        };
+                        let mut one = reader();
+                        let single: Vec<u64> = (0..count).map(|_| one.get_share(1).unwrap()).collect();
+                        let mut packed = vec![7u64];
+                        let mut run = reader();
+                        run.get_share_bits_packed(count, &mut packed).unwrap();
+                        let want: Vec<u64> = [7u64]
+                            .into_iter()
+                            .chain(
+                                single
+                                    .chunks(64)
+                                    .map(|c| c.iter().enumerate().fold(0, |w, (i, &b)| w | b << i)),
+                            )
+                            .collect();
+                        let at = format!("lead {lead}, count {count}, split {split}, below {seeded_below}");
+                        assert_eq!(packed, want, "{at}");
+                        // Both readers are at the same place in the stream and the pad after.
+                        assert_eq!(run.get_share(17).unwrap(), one.get_share(17).unwrap(), "{at}");
+                        assert_eq!(run.remaining_bits(), one.remaining_bits(), "{at}");
+                    }
+                }
             }
         }
     }

@@ -355,7 +355,10 @@ pub fn put_bits(w: &mut BitWriter, v: &[bool]) {
 /// # Errors
 /// [`DecodeError::Truncated`] if the stream is short.
 pub fn get_bits(r: &mut BitReader<'_>, count: usize) -> Result<Vec<bool>, DecodeError> {
-    Ok(get_words(r, count, 1)?.into_iter().map(|b| b == 1).collect())
+    // Straight into the bits: a vector of words on the way would be freed unwiped.
+    let mut v = Vec::new();
+    r.get_share_run_map(1, count, &mut v, |x| x == 1)?;
+    Ok(v)
 }
 
 /// `Debug` for key types: the shape, never the material.

@@ -429,22 +429,25 @@ impl<W: Write + Send + 'static> Output<W> {
     /// writing goes on, so that the final `fsync` waits only for the last of it.
     fn spawn(mut out: W, sync: Option<(File, u64)>) -> Output<W> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Frame>(WRITE_BEHIND);
-        let thread = std::thread::spawn(move || {
-            let every = sync.as_ref().map_or(u64::MAX, |s| s.1);
-            let flusher = sync.map(|s| Flusher::spawn(s.0));
-            let mut unsynced = 0u64;
-            for (kind, node, body) in rx {
-                write_section(&mut out, kind, node, body.as_slice())?;
-                unsynced += body.as_slice().len() as u64;
-                if let Some(f) = flusher.as_ref().filter(|_| unsynced >= every) {
-                    out.flush()?;
-                    f.sync_soon();
-                    unsynced = 0;
+        let thread = std::thread::Builder::new()
+            .name("bundle-writer".into())
+            .spawn(move || {
+                let every = sync.as_ref().map_or(u64::MAX, |s| s.1);
+                let flusher = sync.map(|s| Flusher::spawn(s.0));
+                let mut unsynced = 0u64;
+                for (kind, node, body) in rx {
+                    write_section(&mut out, kind, node, body.as_slice())?;
+                    unsynced += body.as_slice().len() as u64;
+                    if let Some(f) = flusher.as_ref().filter(|_| unsynced >= every) {
+                        out.flush()?;
+                        f.sync_soon();
+                        unsynced = 0;
+                    }
                 }
-            }
-            flusher.map_or(Ok(()), Flusher::join)?;
-            Ok(out)
-        });
+                flusher.map_or(Ok(()), Flusher::join)?;
+                Ok(out)
+            })
+            .expect("start the bundle writer's thread");
         Output { tx: Some(tx), thread: Some(thread) }
     }
 
@@ -483,12 +486,15 @@ impl Flusher {
     fn spawn(file: File) -> Flusher {
         // One request waits at most: requests made during a flush are one more flush.
         let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
-        let thread = std::thread::spawn(move || {
-            for () in rx {
-                file.sync_data()?;
-            }
-            Ok(())
-        });
+        let thread = std::thread::Builder::new()
+            .name("bundle-flusher".into())
+            .spawn(move || {
+                for () in rx {
+                    file.sync_data()?;
+                }
+                Ok(())
+            })
+            .expect("start the bundle flusher's thread");
         Flusher { tx, thread }
     }
 
@@ -903,20 +909,23 @@ impl BundleReader {
         let (tx, rx) = std::sync::mpsc::sync_channel(depth);
         let (path, mut remaining) = (self.path.clone(), self.header.sections - self.read);
         let (party, recycle) = (self.header.party, self.recycle.clone());
-        std::thread::spawn(move || {
-            loop {
-                let mut r = next_raw(&mut input, &mut bufs, &path, remaining);
-                if let (Some(gates), Ok(Some(s))) = (&gates, &mut r) {
-                    s.decode(gates, party, &recycle);
+        std::thread::Builder::new()
+            .name("bundle-reader".into())
+            .spawn(move || {
+                loop {
+                    let mut r = next_raw(&mut input, &mut bufs, &path, remaining);
+                    if let (Some(gates), Ok(Some(s))) = (&gates, &mut r) {
+                        s.decode(gates, party, &recycle);
+                    }
+                    let last = !matches!(r, Ok(Some(_)));
+                    // A closed channel: the online phase stopped early; stop reading.
+                    if tx.send(r).is_err() || last {
+                        return;
+                    }
+                    remaining -= 1;
                 }
-                let last = !matches!(r, Ok(Some(_)));
-                // A closed channel: the online phase stopped early; stop reading.
-                if tx.send(r).is_err() || last {
-                    return;
-                }
-                remaining -= 1;
-            }
-        });
+            })
+            .expect("start the bundle reader's thread");
         self.input = Input::Ahead(rx);
     }
 
