@@ -70,6 +70,11 @@ pub struct Outcome {
     /// AES blocks one server encrypted online (the mean of the two; `None` when the dealer
     /// ran at the same time, [`KeysAt::Stream`]).
     pub aes_blocks: Option<u64>,
+    /// The process's CPU time during the online phase, every thread (with
+    /// [`KeysAt::Stream`] the dealer's too).
+    pub online_cpu: Option<Duration>,
+    /// Each party's bundle reader's CPU time ([`KeysAt::Disk`]).
+    pub reader_cpu: Option<[service::ReaderCpu; 2]>,
 }
 
 /// Where the dealer puts a run's keys in one process.
@@ -335,26 +340,31 @@ pub fn run_with(
     let gates: engine::layers::Gates = std::sync::Arc::new(engine::build(g, imp)?);
     let plain = engine::plain(g, &gates, x);
     let (x0, x1) = engine::share_input(x, g.n, rng);
-    let mut aes = None;
-    let (deal, runs, online, keys_on_disk_bytes) = match keys {
+    let (mut aes, mut reader_cpu) = (None, None);
+    let cpu = service::cpu_time::process;
+    let (deal, runs, online, online_cpu, keys_on_disk_bytes) = match keys {
         KeysAt::Memory => {
             let (k0, k1, deal) = engine::deal(g, &gates, rng, progress)?;
-            let (t, a) = (Instant::now(), fss::prg::aes_blocks());
+            let (t, a, c) = (Instant::now(), fss::prg::aes_blocks(), cpu());
             let runs = run_linked(g, &gates, [k0, k1], [x0, x1], link)?;
+            let (online, c) = (t.elapsed(), since(c, cpu()));
             aes = Some((fss::prg::aes_blocks() - a) / 2);
-            (deal, runs, t.elapsed(), 0)
+            (deal, runs, online, c, 0)
         }
         KeysAt::Stream => {
+            let c = cpu();
             let s = stream::run(g, &gates, rng, &[], progress, [x0, x1], [&[], &[]], link)?;
-            (s.report, s.runs, s.online, 0)
+            (s.report, s.runs, s.online, since(c, cpu()), 0)
         }
         KeysAt::Disk(dir) => {
             let mut disk = DiskKeys::deal(dir, g, &gates, rng, progress)?;
             let [r0, r1] = &mut disk.readers;
-            let (t, a) = (Instant::now(), fss::prg::aes_blocks());
+            let (t, a, c) = (Instant::now(), fss::prg::aes_blocks(), cpu());
             let runs = run_linked_step(g, &gates, [r0, r1], [x0, x1], [&[], &[]], link)?;
+            let (online, c) = (t.elapsed(), since(c, cpu()));
             aes = Some((fss::prg::aes_blocks() - a) / 2);
-            (disk.report.clone(), runs, t.elapsed(), disk.bytes)
+            reader_cpu = disk.readers[0].thread_cpu().zip(disk.readers[1].thread_cpu()).map(|(a, b)| [a, b]);
+            (disk.report.clone(), runs, online, c, disk.bytes)
         }
     };
     let secure = engine::reconstruct(&runs[0].output, &runs[1].output, g.n);
@@ -368,7 +378,14 @@ pub fn run_with(
         keys_on_disk_bytes,
         keys: keys.name(),
         aes_blocks: aes,
+        online_cpu,
+        reader_cpu,
     })
+}
+
+/// The time from `a` to `b` on a CPU clock (`None` if either is unknown).
+fn since(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    Some(b?.saturating_sub(a?))
 }
 
 /// Keys handed from a dealer thread to the servers as they are made.
@@ -697,6 +714,19 @@ pub struct ModelRow {
     pub aes_ns_per_block: f64,
     /// The process's peak resident memory during the run (the highest of the timed runs).
     pub peak_rss_bytes: u64,
+    /// The process's CPU time during the online phase, ms: every thread (both servers,
+    /// their bundle readers; with `keys: stream` the dealer too). Against `2 · online_ms`
+    /// on two cores, what the cores did not spend on the run (waiting, idle).
+    pub online_cpu_ms: Option<f64>,
+    /// Time the slower server spent dropping, and so wiping, its spent keys, ms (most of it
+    /// while the peer's message is on its way; not in `time_by_layer_ms`).
+    pub wipe_ms: f64,
+    /// With keys on disk, the CPU time of the party's bundle reader (the larger of the
+    /// two) reading and checking sections, ms (null otherwise).
+    pub reader_read_ms: Option<f64>,
+    /// With keys on disk, the CPU time of the party's bundle reader (the larger of the
+    /// two) decoding gates' keys, ms (null otherwise).
+    pub reader_decode_ms: Option<f64>,
 }
 
 /// Durations by label as milliseconds.
@@ -759,6 +789,16 @@ impl ModelRow {
             aes_blocks: o.aes_blocks,
             aes_ns_per_block: aes_ns_per_block(3),
             peak_rss_bytes: peak_rss_bytes(),
+            online_cpu_ms: o.online_cpu.map(|d| d.as_secs_f64() * 1e3),
+            wipe_ms: o.runs.iter().map(|r| r.wipe.as_secs_f64() * 1e3).fold(0.0, f64::max),
+            reader_read_ms: o
+                .reader_cpu
+                .map(|r| r.map(|c| c.read.as_secs_f64() * 1e3))
+                .map(|[a, b]| a.max(b)),
+            reader_decode_ms: o
+                .reader_cpu
+                .map(|r| r.map(|c| c.decode.as_secs_f64() * 1e3))
+                .map(|[a, b]| a.max(b)),
         }
     }
 }

@@ -48,6 +48,10 @@ fn model_rows_name_every_field_and_the_median_run() {
         "peak_rss_bytes",
         "deal_cpu_ms_by_layer",
         "encode_cpu_ms_by_layer",
+        "online_cpu_ms",
+        "wipe_ms",
+        "reader_read_ms",
+        "reader_decode_ms",
     ];
     assert_fields(&rows, &fields);
     for r in &rows {
@@ -72,6 +76,11 @@ fn model_rows_name_every_field_and_the_median_run() {
             assert_eq!(layers(k), keyed, "{k}: {r}");
             assert!(r[k].as_object().unwrap().values().all(|t| t.as_f64().unwrap() > 0.0), "{k}: {r}");
         }
+        // Where the online time went: the process's CPU, the spent keys' wipe, and (keys
+        // on disk) the bundle readers' reading and decoding.
+        for k in ["online_cpu_ms", "wipe_ms", "reader_read_ms", "reader_decode_ms"] {
+            assert!(r[k].as_f64().unwrap() > 0.0, "{k}: {r}");
+        }
         // Online AES work, and its time per block, both measured.
         assert!(r["aes_blocks"].as_u64().unwrap() > 10_000, "{r}");
         assert!(r["aes_ns_per_block"].as_f64().unwrap() > 0.0, "{r}");
@@ -81,6 +90,24 @@ fn model_rows_name_every_field_and_the_median_run() {
         assert_eq!(runs.len(), 2, "{r}");
         assert_eq!(r["online_ms"].as_f64().unwrap(), runs.iter().cloned().fold(f64::MIN, f64::max));
     }
+    // Keys in memory: no bundle readers.
+    let mem = json_rows(&[
+        "bench",
+        "model",
+        "--seq",
+        "12",
+        "--layers",
+        "1",
+        "--reps",
+        "1",
+        "--warmup",
+        "0",
+        "--keys-in-memory",
+        "--json",
+    ]);
+    assert_eq!(mem[0]["keys"], "memory");
+    assert!(mem[0]["reader_read_ms"].is_null() && mem[0]["reader_decode_ms"].is_null(), "{}", mem[0]);
+    assert!(mem[0]["online_cpu_ms"].as_f64().unwrap() > 0.0, "{}", mem[0]);
     let get = |imp: &str| rows.iter().find(|r| r["impl"] == imp).unwrap_or_else(|| panic!("no {imp} row"));
     let (f, s) = (get("fusefss"), get("sigma"));
     assert!(f["rounds"].as_u64() < s["rounds"].as_u64());

@@ -24,6 +24,9 @@ pub struct PartyRun {
     pub stats_by_label: Vec<(&'static str, Stats)>,
     /// Wall-clock time of its online phase (computation and waiting for the peer).
     pub wall: Duration,
+    /// Time it spent dropping, and so wiping, its spent keys ([`Ctx::wipe_time`]), most of
+    /// it while the peer's message was on its way.
+    pub wipe: Duration,
     /// The masked values it keeps for the next program of a session ([`Graph::carry`]).
     pub carried: Vec<Vec<u64>>,
 }
@@ -70,12 +73,15 @@ pub fn run_party_step(
         }
     };
     drop(s);
+    // (The keys still held: dropped and timed here rather than with the context.)
+    ctx.drop_spent();
     Ok(PartyRun {
         output,
         stats: ctx.stats(),
         times: ctx.times(),
         stats_by_label: ctx.stats_by_label(),
         wall: t.elapsed(),
+        wipe: ctx.wipe_time(),
         carried,
     })
 }

@@ -51,6 +51,8 @@ pub struct Ctx {
     timing: RefCell<Timing>,
     /// Spent keys, wiped while the peer's next message is on its way ([`Ctx::retire`]).
     spent: RefCell<Vec<Box<dyn std::any::Any + Send>>>,
+    /// Time spent dropping them ([`Ctx::wipe_time`]).
+    wiping: std::cell::Cell<std::time::Duration>,
 }
 
 /// Computation time by label: the driver times each poll, and [`Ctx::set_label`] splits it
@@ -111,7 +113,13 @@ impl std::fmt::Debug for Ctx {
 impl Ctx {
     /// A fresh context for `party`.
     pub fn new(party: Party) -> Ctx {
-        Ctx { party, state: RefCell::default(), timing: RefCell::default(), spent: RefCell::default() }
+        Ctx {
+            party,
+            state: RefCell::default(),
+            timing: RefCell::default(),
+            spent: RefCell::default(),
+            wiping: std::cell::Cell::default(),
+        }
     }
 
     /// Hand over a key that will not be used again: it is dropped (and so wiped) by the next
@@ -125,7 +133,17 @@ impl Ctx {
     /// Drop the keys handed to [`Ctx::retire`] so far.
     pub fn drop_spent(&self) {
         let spent = std::mem::take(&mut *self.spent.borrow_mut());
+        if spent.is_empty() {
+            return;
+        }
+        let t = std::time::Instant::now();
         drop(spent);
+        self.wiping.set(self.wiping.get() + t.elapsed());
+    }
+
+    /// Time [`Ctx::drop_spent`] has taken so far: dropping, and so wiping, the spent keys.
+    pub fn wipe_time(&self) -> std::time::Duration {
+        self.wiping.get()
     }
 
     /// Charge computation from now on to `label` (a layer type, say) instead of the previous

@@ -652,6 +652,17 @@ pub struct BundleReader {
     read: u32,
     /// The gates its thread decodes the keys with ([`BundleReader::decode_ahead`]).
     decoding: Option<engine::layers::Gates>,
+    /// Its reading thread's CPU time, ns: reading and checking sections, decoding keys.
+    thread_cpu: Arc<[std::sync::atomic::AtomicU64; 2]>,
+}
+
+/// CPU time of a bundle's reading thread ([`BundleReader::thread_cpu`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReaderCpu {
+    /// Reading sections from the file and checking them (length, checksum).
+    pub read: std::time::Duration,
+    /// Decoding gates' keys ([`BundleReader::decode_ahead`]).
+    pub decode: std::time::Duration,
 }
 
 /// Sections a reader reads ahead of the online phase at most ([`BundleReader::read_ahead`]).
@@ -875,6 +886,7 @@ impl BundleReader {
             n,
             read: 0,
             decoding: None,
+            thread_cpu: Arc::default(),
         })
     }
 
@@ -908,14 +920,27 @@ impl BundleReader {
         };
         let (tx, rx) = std::sync::mpsc::sync_channel(depth);
         let (path, mut remaining) = (self.path.clone(), self.header.sections - self.read);
-        let (party, recycle) = (self.header.party, self.recycle.clone());
+        let (party, recycle, cpu) = (self.header.party, self.recycle.clone(), self.thread_cpu.clone());
         std::thread::Builder::new()
             .name("bundle-reader".into())
             .spawn(move || {
+                // The thread's CPU time since `since`, added to `cpu[k]`.
+                let charge = |k: usize, since: Option<std::time::Duration>| {
+                    if let (Some(a), Some(b)) = (since, crate::cpu_time::thread()) {
+                        cpu[k].fetch_add(
+                            b.saturating_sub(a).as_nanos() as u64,
+                            std::sync::atomic::Ordering::Relaxed,
+                        );
+                    }
+                };
                 loop {
+                    let t = crate::cpu_time::thread();
                     let mut r = next_raw(&mut input, &mut bufs, &path, remaining);
+                    charge(0, t);
                     if let (Some(gates), Ok(Some(s))) = (&gates, &mut r) {
+                        let t = crate::cpu_time::thread();
                         s.decode(gates, party, &recycle);
+                        charge(1, t);
                     }
                     let last = !matches!(r, Ok(Some(_)));
                     // A closed channel: the online phase stopped early; stop reading.
@@ -938,6 +963,16 @@ impl BundleReader {
                 rx.recv().unwrap_or_else(|_| Err(corrupted(&self.path, "the reading thread stopped")))
             }
         }
+    }
+
+    /// CPU time its reading thread has taken so far ([`BundleReader::read_ahead`],
+    /// [`BundleReader::decode_ahead`]); `None` if none was started (the online phase then
+    /// reads the sections itself) or the system does not say.
+    pub fn thread_cpu(&self) -> Option<ReaderCpu> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let started = matches!(self.input, Input::Ahead(_));
+        let ns = |k: usize| std::time::Duration::from_nanos(self.thread_cpu[k].load(Relaxed));
+        (started && crate::cpu_time::thread().is_some()).then(|| ReaderCpu { read: ns(0), decode: ns(1) })
     }
 
     /// The bundle's header.

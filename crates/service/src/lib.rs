@@ -22,6 +22,7 @@
 
 pub mod bundle;
 pub mod client;
+pub mod cpu_time;
 pub mod descriptor;
 pub mod error;
 pub mod follower;
@@ -35,7 +36,7 @@ pub mod session;
 pub mod store;
 pub mod text;
 
-pub use bundle::{BundleError, BundleHeader, BundleId, BundleReader, BundleWriter, Fingerprints};
+pub use bundle::{BundleError, BundleHeader, BundleId, BundleReader, BundleWriter, Fingerprints, ReaderCpu};
 pub use descriptor::{Descriptor, Shape};
 pub use program::{Catalog, Program, Programs};
 pub use store::Store;

@@ -75,7 +75,8 @@ fn measure_all(args: &FssBenchArgs) -> anyhow::Result<Vec<Row>> {
     let mut rng = fss::rng::os_rng().context("the OS random number generator is unavailable")?;
     let aes = crate::model::aes_ns_per_block(args.reps);
     let mut rows = vec![];
-    for (n, ell, kw) in [(50, 64, 1), (50, 64, 4), (37, 64, 1)] {
+    // (The last: the one-round comparison of the softmax max tree at n = 37, `gates::cmp::ReluDcf`.)
+    for (n, ell, kw) in [(50, 64, 1), (50, 64, 4), (37, 64, 1), (25, 27, 2)] {
         rows.push(bench_dcf(DcfParams::new(n, ell, kw)?, args, aes, &mut rng)?);
     }
     for n in [50, 37] {
