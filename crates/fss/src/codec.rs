@@ -146,6 +146,30 @@ impl RecordedShares {
     }
 
     /// Keep `k ≤ 64` one-bit words, the low bits of `v`.
+    /// Bits `from .. from + count` of the bit string `words` (bit `i` is bit `i % 64` of
+    /// word `i / 64`), appended as one-bit words: whole words copied where both sides are
+    /// word-aligned.
+    fn push_bits_run(&mut self, words: &[u64], from: usize, count: usize) {
+        let need = (self.bit_len + count).div_ceil(64);
+        if self.bits.len() < need {
+            self.bits.resize(need, 0);
+        }
+        if self.bit_len.is_multiple_of(64) && from.is_multiple_of(64) {
+            let (at, src, n) = (self.bit_len / 64, from / 64, count / 64);
+            self.bits[at..at + n].copy_from_slice(&words[src..src + n]);
+            if !count.is_multiple_of(64) {
+                let k = (count % 64) as u32;
+                place_bits(&mut self.bits, self.bit_len + 64 * n, words[src + n], k);
+            }
+        } else {
+            for j in (0..count).step_by(64) {
+                let k = (count - j).min(64) as u32;
+                place_bits(&mut self.bits, self.bit_len + j, bits_at(words, from + j, k), k);
+            }
+        }
+        self.bit_len += count;
+    }
+
     fn push_bits(&mut self, v: u64, k: u32) {
         let need = (self.bit_len + k as usize).div_ceil(64);
         if self.bits.len() < need {
@@ -410,34 +434,50 @@ impl BitWriter {
                 while i < count {
                     let (seg, stored) = r.sides.next_segment(1, count - i);
                     if stored {
-                        for j in (i..i + seg).step_by(64) {
-                            let k = (i + seg - j).min(64) as u32;
-                            r.rec.push_bits(bits_at(words, j, k), k);
-                        }
+                        r.rec.push_bits_run(words, i, seg);
                     }
                     i += seg;
                 }
             }
             ShareSink::Split(_) => {
                 let ShareSink::Split(mut a) = std::mem::take(&mut self.shares) else { unreachable!() };
+                // A chunk of 64-bit words at a time: the bits, the other party's as kept and
+                // the pad XORed together, then written as one run.
+                let (mut out, mut pads) = (vec![], vec![]);
                 let mut i = 0;
                 while i < count {
                     let (seg, stored) = a.sides.next_segment(1, count - i);
-                    for j in (i..i + seg).step_by(64) {
-                        let k = (i + seg - j).min(64) as u32;
-                        let v = bits_at(words, j, k);
-                        if stored {
-                            let s = a.other.next_bits(k);
-                            self.put(v ^ s ^ a.pad.take(k), k);
-                        } else if let Some(own) = &mut a.own {
-                            own.push_bits(v, k);
+                    if stored {
+                        let mut j = i;
+                        while j < i + seg {
+                            let c = (i + seg - j).min(64 * SPLIT_CHUNK);
+                            let (whole, rest) = (c / 64, (c % 64) as u32);
+                            pads.clear();
+                            a.pad.take_run(64, whole, &mut pads, |x| x);
+                            if rest > 0 {
+                                pads.push(a.pad.take(rest));
+                            }
+                            out.clear();
+                            out.extend(pads.iter().enumerate().map(|(q, &p)| {
+                                let k = (c - 64 * q).min(64) as u32;
+                                bits_at(words, j + 64 * q, k) ^ a.other.next_bits(k) ^ p
+                            }));
+                            self.put_u64_run(whole, |q| out[q]);
+                            if rest > 0 {
+                                self.put(out[whole], rest);
+                            }
+                            j += c;
                         }
-                    }
-                    if !stored {
+                    } else {
+                        if let Some(own) = &mut a.own {
+                            own.push_bits_run(words, i, seg);
+                        }
                         a.pad.skip(seg as u64);
                     }
                     i += seg;
                 }
+                crate::wipe::wipe(&mut out);
+                crate::wipe::wipe(&mut pads);
                 self.shares = ShareSink::Split(a);
             }
         }
