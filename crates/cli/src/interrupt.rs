@@ -25,10 +25,23 @@ pub fn remove_on_interrupt(dir: &Path) {
         let _ = ctrlc::set_handler(|| {
             let dirs = std::mem::take(&mut *FOLDERS.lock().unwrap_or_else(PoisonError::into_inner));
             for d in dirs {
-                let _ = std::fs::remove_dir_all(d);
+                remove_while_written(&d);
             }
             std::process::exit(INTERRUPTED);
         });
     });
     FOLDERS.lock().unwrap_or_else(PoisonError::into_inner).push(dir.to_path_buf());
+}
+
+/// Remove `dir` and all it holds while the command's other threads may still be writing
+/// bundles into it: a file made during the removal fails it (the folder is not empty), so
+/// it is tried again until the folder is gone (for at most a second).
+fn remove_while_written(dir: &Path) {
+    for _ in 0..100 {
+        let _ = std::fs::remove_dir_all(dir);
+        if !dir.exists() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
