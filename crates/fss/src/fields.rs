@@ -58,6 +58,42 @@ pub(crate) fn read_fields<T>(
     safe
 }
 
+/// Append bits `pos .. pos + nbits` of `data` (little-endian bit order, as [`crate::codec`]
+/// writes) to `out` as a bit string, 64 to a word (the last word's bits past them clear):
+/// the bytes copied in one `memcpy`, then shifted into place a word at a time (no
+/// reallocation beyond the `⌈nbits / 64⌉` words appended).
+///
+/// # Panics
+/// Unless `data` holds the bits.
+pub(crate) fn copy_bit_string(data: &[u8], pos: u64, nbits: usize, out: &mut Vec<u64>) {
+    let words = nbits.div_ceil(64);
+    if words == 0 {
+        return;
+    }
+    let (f, s) = ((pos / 8) as usize, (pos % 8) as u32);
+    let nbytes = (s as usize + nbits).div_ceil(8);
+    let src = &data[f..f + nbytes];
+    let base = out.len();
+    out.resize(base + words, 0);
+    let dst = &mut out[base..];
+    // (At most one byte more than the words hold: the last word's top bits when shifted.)
+    let fit = nbytes.min(8 * words);
+    bytemuck::cast_slice_mut::<u64, u8>(dst)[..fit].copy_from_slice(&src[..fit]);
+    let extra = src.get(fit).map_or(0, |&b| b as u64);
+    if cfg!(target_endian = "big") {
+        dst.iter_mut().for_each(|w| *w = u64::from_le(*w));
+    }
+    if s > 0 {
+        for i in 0..words - 1 {
+            dst[i] = dst[i] >> s | dst[i + 1] << (64 - s);
+        }
+        dst[words - 1] = dst[words - 1] >> s | extra << (64 - s);
+    }
+    if !nbits.is_multiple_of(64) {
+        dst[words - 1] &= mask((nbits % 64) as u32);
+    }
+}
+
 /// Eight fields of `bits ≤ 57` bits from one 64-byte window: with AVX-512 VBMI one byte
 /// permutation (each field's eight bytes into its lane), one variable shift and a mask.
 #[cfg(all(target_arch = "x86_64", target_feature = "avx512f", target_feature = "avx512vbmi"))]

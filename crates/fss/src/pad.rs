@@ -108,6 +108,25 @@ impl PadStream {
         }
     }
 
+    /// The next `nbits` bits as a bit string appended to `out` (64 to a word, the last
+    /// word's bits past them clear; as `take(64)` word after word), generated a chunk at a
+    /// time.
+    pub fn take_bit_string(&mut self, nbits: usize, out: &mut Vec<u64>) {
+        /// Bits generated at a time (a bounded buffer for any run); a multiple of 64.
+        const BITS: usize = 1 << 16;
+        let mut left = nbits;
+        while left > 0 {
+            let k = left.min(BITS);
+            let need = (self.pos + k as u64).div_ceil(8) as usize + 16;
+            if self.buf.len() < need {
+                self.fill(need);
+            }
+            crate::fields::copy_bit_string(&self.buf, self.pos, k, out);
+            self.pos += k as u64;
+            left -= k;
+        }
+    }
+
     /// Drop the bytes already read (all but the partly read one) and generate up to `need`.
     /// Keeps nothing but zeros past the buffer's length: the bytes moved to the front are
     /// zeroed where they were, and a buffer that must grow is replaced by a larger one, the
