@@ -641,6 +641,11 @@ impl Drop for DiskKeys {
 }
 
 impl Outcome {
+    /// The larger of the two bundle readers' `part` of their CPU time, ms.
+    fn reader_ms(&self, part: impl Fn(&service::ReaderCpu) -> Duration) -> Option<f64> {
+        self.reader_cpu.map(|[a, b]| part(&a).max(part(&b)).as_secs_f64() * 1e3)
+    }
+
     pub fn exact(&self) -> bool {
         self.secure == self.plain
     }
@@ -791,14 +796,8 @@ impl ModelRow {
             peak_rss_bytes: peak_rss_bytes(),
             online_cpu_ms: o.online_cpu.map(|d| d.as_secs_f64() * 1e3),
             wipe_ms: o.runs.iter().map(|r| r.wipe.as_secs_f64() * 1e3).fold(0.0, f64::max),
-            reader_read_ms: o
-                .reader_cpu
-                .map(|r| r.map(|c| c.read.as_secs_f64() * 1e3))
-                .map(|[a, b]| a.max(b)),
-            reader_decode_ms: o
-                .reader_cpu
-                .map(|r| r.map(|c| c.decode.as_secs_f64() * 1e3))
-                .map(|[a, b]| a.max(b)),
+            reader_read_ms: o.reader_ms(|c| c.read),
+            reader_decode_ms: o.reader_ms(|c| c.decode),
         }
     }
 }

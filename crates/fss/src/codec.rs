@@ -145,7 +145,6 @@ impl RecordedShares {
         }
     }
 
-    /// Keep `k ≤ 64` one-bit words, the low bits of `v`.
     /// Bits `from .. from + count` of the bit string `words` (bit `i` is bit `i % 64` of
     /// word `i / 64`), appended as one-bit words: whole words copied where both sides are
     /// word-aligned.
@@ -170,6 +169,7 @@ impl RecordedShares {
         self.bit_len += count;
     }
 
+    /// Keep `k ≤ 64` one-bit words, the low bits of `v`.
     fn push_bits(&mut self, v: u64, k: u32) {
         let need = (self.bit_len + k as usize).div_ceil(64);
         if self.bits.len() < need {
@@ -453,10 +453,7 @@ impl BitWriter {
                             let c = (i + seg - j).min(64 * SPLIT_CHUNK);
                             let (whole, rest) = (c / 64, (c % 64) as u32);
                             pads.clear();
-                            a.pad.take_run(64, whole, &mut pads, |x| x);
-                            if rest > 0 {
-                                pads.push(a.pad.take(rest));
-                            }
+                            a.pad.take_bit_string(c, &mut pads);
                             out.clear();
                             out.extend(pads.iter().enumerate().map(|(q, &p)| {
                                 let k = (c - 64 * q).min(64) as u32;
