@@ -173,7 +173,11 @@ impl Keys {
             BundleReader::open_sections(&paths[0], n, sections, &fp, Party::P0)?,
             BundleReader::open_sections(&paths[1], n, sections, &fp, Party::P1)?,
         ];
-        readers.iter_mut().for_each(BundleReader::read_ahead);
+        for r in &mut readers {
+            // Both servers on this machine: each reader on its server's core.
+            r.beside(engine::cores::for_party(r.header().party));
+            r.read_ahead();
+        }
         Ok(Keys::Disk { readers: Box::new(readers), paths, reports })
     }
 

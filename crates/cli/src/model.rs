@@ -627,7 +627,11 @@ impl DiskKeys {
             BundleReader::open(&paths[0], g, &fp, Party::P0)?,
             BundleReader::open(&paths[1], g, &fp, Party::P1)?,
         ];
-        readers.iter_mut().for_each(|r| r.decode_ahead(gates.clone()));
+        for r in &mut readers {
+            // Both servers on this machine: each reader on its server's core.
+            r.beside(engine::cores::for_party(r.header().party));
+            r.decode_ahead(gates.clone());
+        }
         Ok(DiskKeys { readers, paths, report, bytes })
     }
 }
@@ -732,6 +736,10 @@ pub struct ModelRow {
     /// With keys on disk, the CPU time of the party's bundle reader (the larger of the
     /// two) decoding gates' keys, ms (null otherwise).
     pub reader_decode_ms: Option<f64>,
+    /// With keys on disk, how long the online phase of a party (the longer of the two)
+    /// waited for its bundle reader's next section, ms (null otherwise): reading on the
+    /// online phase's path.
+    pub reader_wait_ms: Option<f64>,
 }
 
 /// Durations by label as milliseconds.
@@ -798,6 +806,7 @@ impl ModelRow {
             wipe_ms: o.runs.iter().map(|r| r.wipe.as_secs_f64() * 1e3).fold(0.0, f64::max),
             reader_read_ms: o.reader_ms(|c| c.read),
             reader_decode_ms: o.reader_ms(|c| c.decode),
+            reader_wait_ms: o.reader_ms(|c| c.waited),
         }
     }
 }

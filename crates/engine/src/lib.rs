@@ -5,6 +5,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`blocks`] | attention, MLP, LayerNorm, pooling as graph fragments over fixed-point weights |
+//! | [`cores`] | where an in-process run's threads go: each server on a core of its own |
 //! | [`graph`] | [`Graph`]: nodes (linear maps, gathers, truncations, matrix products, softmax, LayerNorm, GeLU) over shaped tensors |
 //! | [`layers`] | what each node computes: local maps, and the gates of each [`Impl`] (SIGMA or FuseFSS) |
 //! | [`exec`] | dealer, plaintext reference, online server, client input sharing and output reconstruction |
@@ -15,6 +16,7 @@
 //! (every element, every head) shares its rounds.
 
 pub mod blocks;
+pub mod cores;
 pub mod error;
 pub mod exec;
 pub mod graph;

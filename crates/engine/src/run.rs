@@ -3,6 +3,7 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use fss::Party;
 use gates::online::{Progress, Session, Stats};
 use gates::{Ctx, GateError};
 
@@ -153,8 +154,8 @@ pub fn run_threads_step(
 }
 
 /// The one two-server runner: both servers' online phases of one program on two threads,
-/// each on its own core ([`on_own_core`]), with its keys, input share, carried values and
-/// link (`exchange` as in [`run_party`]).
+/// each on its own core ([`on_own_core`], pinned there: [`crate::cores`]), with its keys,
+/// input share, carried values and link (`exchange` as in [`run_party`]).
 ///
 /// # Errors
 /// The first party's error; [`GateError::Desync`] if a server thread panicked.
@@ -174,8 +175,8 @@ where
     let [c0, c1] = carried;
     let [l0, l1] = links;
     let (r0, r1) = std::thread::scope(|s| {
-        let h0 = s.spawn(|| on_own_core(|| run_party_step(g, gates, k0, &x0, c0, l0)));
-        let h1 = s.spawn(|| on_own_core(|| run_party_step(g, gates, k1, &x1, c1, l1)));
+        let h0 = s.spawn(|| on_own_core(|| pinned(Party::P0, || run_party_step(g, gates, k0, &x0, c0, l0))));
+        let h1 = s.spawn(|| on_own_core(|| pinned(Party::P1, || run_party_step(g, gates, k1, &x1, c1, l1))));
         (h0.join(), h1.join())
     });
     let unwrap = |r: std::thread::Result<Result<PartyRun, GateError>>| -> Result<PartyRun, EngineError> {
@@ -183,4 +184,13 @@ where
             .map_err(EngineError::Online)
     };
     Ok([unwrap(r0)?, unwrap(r1)?])
+}
+
+/// `f` on the calling thread pinned to `party`'s core ([`crate::cores::for_party`]; where
+/// there is none, or the system refuses, as it is).
+fn pinned<T>(party: Party, f: impl FnOnce() -> T) -> T {
+    if let Some(cpu) = crate::cores::for_party(party) {
+        crate::cores::pin_this_thread(cpu);
+    }
+    f()
 }

@@ -654,6 +654,10 @@ pub struct BundleReader {
     decoding: Option<engine::layers::Gates>,
     /// Its reading thread's CPU time, ns: reading and checking sections, decoding keys.
     thread_cpu: Arc<[std::sync::atomic::AtomicU64; 2]>,
+    /// How long the online phase waited for that thread's next section.
+    waited: std::time::Duration,
+    /// The core that thread runs on ([`BundleReader::beside`]).
+    core: Option<usize>,
 }
 
 /// CPU time of a bundle's reading thread ([`BundleReader::thread_cpu`]).
@@ -663,10 +667,56 @@ pub struct ReaderCpu {
     pub read: std::time::Duration,
     /// Decoding gates' keys ([`BundleReader::decode_ahead`]).
     pub decode: std::time::Duration,
+    /// Not CPU: how long the online phase waited for the thread's next section (reading
+    /// then on the online phase's path).
+    pub waited: std::time::Duration,
 }
 
-/// Sections a reader reads ahead of the online phase at most ([`BundleReader::read_ahead`]).
-const READ_AHEAD: usize = 2;
+/// Section bytes a reader holds ahead of the online phase at most, besides the section
+/// it is reading ([`BundleReader::read_ahead`], [`BundleReader::decode_ahead`]): a model's
+/// many small gates then find their keys ready when a large gate before them kept the
+/// reader busy, while a large model's sections (each past the budget) still come one
+/// at a time. Bert-tiny's sections are 4.6 MB on average.
+pub const READ_AHEAD_BYTES: usize = 64 << 20;
+
+/// The bytes a reader holds ahead: it waits while a section would take them past
+/// [`READ_AHEAD_BYTES`] (unless it holds none), the online phase gives them back as it
+/// takes each section, and a dropped reader closes it.
+#[derive(Default)]
+struct AheadBudget {
+    /// (Bytes held, closed.)
+    state: std::sync::Mutex<(usize, bool)>,
+    freed: std::sync::Condvar,
+}
+
+impl AheadBudget {
+    /// Waits until `bytes` more fit; `false` if the reader was dropped meanwhile.
+    fn acquire(&self, bytes: usize) -> bool {
+        let Ok(mut st) = self.state.lock() else { return false };
+        while !st.1 && st.0 > 0 && st.0 + bytes > READ_AHEAD_BYTES {
+            st = match self.freed.wait(st) {
+                Ok(st) => st,
+                Err(_) => return false,
+            };
+        }
+        st.0 += bytes;
+        !st.1
+    }
+
+    fn release(&self, bytes: usize) {
+        if let Ok(mut st) = self.state.lock() {
+            st.0 = st.0.saturating_sub(bytes);
+            self.freed.notify_all();
+        }
+    }
+
+    fn close(&self) {
+        if let Ok(mut st) = self.state.lock() {
+            st.1 = true;
+            self.freed.notify_all();
+        }
+    }
+}
 
 /// A section as read from the file: its kind, node and body, its checksum checked.
 struct RawSection {
@@ -715,8 +765,9 @@ enum Input {
     /// Read from the file as asked, into the buffers handed back (unbuffered: a read
     /// buffer would hold a copy of the key bytes that passed through it).
     Direct(File, Buffers),
-    /// Read by a thread ahead of time, in order; `None` once the end marker is checked.
-    Ahead(std::sync::mpsc::Receiver<Result<Option<RawSection>, BundleError>>),
+    /// Read by a thread ahead of time, in order, each with the bytes it holds of the
+    /// budget; `None` once the end marker is checked.
+    Ahead(std::sync::mpsc::Receiver<(Result<Option<RawSection>, BundleError>, usize)>, Arc<AheadBudget>),
 }
 
 /// The next section of `input` (`remaining` of the header's count left), or `None` after
@@ -763,6 +814,15 @@ fn next_raw(
         return Err(corrupted(path, format!("checksum mismatch in the section of node {node}")));
     }
     Ok(Some(RawSection { kind, node, body: Body::Bytes(body) }))
+}
+
+impl Drop for BundleReader {
+    /// Wakes a reading thread waiting for room ahead: it stops.
+    fn drop(&mut self) {
+        if let Input::Ahead(_, budget) = &self.input {
+            budget.close();
+        }
+    }
 }
 
 impl fmt::Debug for BundleReader {
@@ -887,43 +947,62 @@ impl BundleReader {
             read: 0,
             decoding: None,
             thread_cpu: Arc::default(),
+            waited: std::time::Duration::ZERO,
+            core: None,
         })
     }
 
-    /// Read the bundle on a thread of its own, a few sections ahead of the online phase
-    /// (at most [`READ_AHEAD`] in memory), so that reading and checking the keys overlaps
-    /// the computation and the waits for the other server instead of adding to them. The
-    /// keys are still decoded, used and wiped one by one by the online phase.
+    /// Its reading thread (started next, by [`BundleReader::read_ahead`] or
+    /// [`BundleReader::decode_ahead`]) runs on core `cpu`: its server's, when both servers
+    /// share the machine ([`engine::cores::for_party`]). Wherever it runs, it runs
+    /// [`engine::cores::READER_NICE`] steps nicer than the server.
+    pub fn beside(&mut self, cpu: Option<usize>) {
+        self.core = cpu;
+    }
+
+    /// Read the bundle on a thread of its own, ahead of the online phase (at most
+    /// [`READ_AHEAD_BYTES`] of sections in memory besides the one being read), so that
+    /// reading and checking the keys overlaps the computation and the waits for the other
+    /// server instead of adding to them. The keys are still decoded, used and wiped one by
+    /// one by the online phase.
     pub fn read_ahead(&mut self) {
-        self.ahead(READ_AHEAD, None);
+        self.ahead(None);
     }
 
     /// As [`BundleReader::read_ahead`], the thread also decoding each gate's key (with
     /// `gates`, the program's gates by node, as [`engine::build`] makes them): the online
     /// phase then only runs the gates, and a key's decoding overlaps the computation and
     /// the waits for the other server (on a server with cores to spare, or in the gaps of a
-    /// network's round trips). At most one decoded key waits besides the one in use, and
-    /// the decoded keys are wiped as the online phase's are, when dropped (a key never
-    /// handed over is dropped with the channel). For one program's bundle only: a
-    /// session's programs have gates of their own ([`crate::session`]).
+    /// network's round trips). The decoded keys waiting are those of at most
+    /// [`READ_AHEAD_BYTES`] of sections, and they are wiped as the online phase's are, when
+    /// dropped (a key never handed over is dropped with the channel). For one program's
+    /// bundle only: a session's programs have gates of their own ([`crate::session`]).
     pub fn decode_ahead(&mut self, gates: engine::layers::Gates) {
         self.decoding = Some(gates.clone());
-        self.ahead(1, Some(gates));
+        self.ahead(Some(gates));
     }
 
-    /// Read the rest of the bundle on a thread, at most `depth` sections ahead, decoding
-    /// the gates' keys there with `gates` if given.
-    fn ahead(&mut self, depth: usize, gates: Option<engine::layers::Gates>) {
-        let placeholder = Input::Ahead(std::sync::mpsc::sync_channel(0).1);
+    /// Read the rest of the bundle on a thread, at most [`READ_AHEAD_BYTES`] ahead,
+    /// decoding the gates' keys there with `gates` if given.
+    fn ahead(&mut self, gates: Option<engine::layers::Gates>) {
+        let placeholder = Input::Ahead(std::sync::mpsc::channel().1, Arc::default());
         let Input::Direct(mut input, mut bufs) = std::mem::replace(&mut self.input, placeholder) else {
             return;
         };
-        let (tx, rx) = std::sync::mpsc::sync_channel(depth);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let budget = Arc::new(AheadBudget::default());
         let (path, mut remaining) = (self.path.clone(), self.header.sections - self.read);
         let (party, recycle, cpu) = (self.header.party, self.recycle.clone(), self.thread_cpu.clone());
+        let (held, core) = (budget.clone(), self.core);
         std::thread::Builder::new()
             .name("bundle-reader".into())
             .spawn(move || {
+                // In the server's waits rather than its computation (on its core if it has
+                // one: `engine::cores`).
+                engine::cores::lower_this_thread(engine::cores::READER_NICE);
+                if let Some(cpu) = core {
+                    engine::cores::pin_this_thread(cpu);
+                }
                 // The thread's CPU time since `since`, added to `cpu[k]`.
                 let charge = |k: usize, since: Option<std::time::Duration>| {
                     if let (Some(a), Some(b)) = (since, crate::cpu_time::thread()) {
@@ -937,21 +1016,26 @@ impl BundleReader {
                     let t = crate::cpu_time::thread();
                     let mut r = next_raw(&mut input, &mut bufs, &path, remaining);
                     charge(0, t);
+                    let bytes = match &r {
+                        Ok(Some(s)) => s.body.len().unwrap_or(0),
+                        _ => 0,
+                    };
                     if let (Some(gates), Ok(Some(s))) = (&gates, &mut r) {
                         let t = crate::cpu_time::thread();
                         s.decode(gates, party, &recycle);
                         charge(1, t);
                     }
                     let last = !matches!(r, Ok(Some(_)));
-                    // A closed channel: the online phase stopped early; stop reading.
-                    if tx.send(r).is_err() || last {
+                    // A dropped reader or a closed channel: the online phase stopped early;
+                    // stop reading.
+                    if !held.acquire(bytes) || tx.send((r, bytes)).is_err() || last {
                         return;
                     }
                     remaining -= 1;
                 }
             })
             .expect("start the bundle reader's thread");
-        self.input = Input::Ahead(rx);
+        self.input = Input::Ahead(rx, budget);
     }
 
     /// The next section, or `None` at the checked end.
@@ -959,8 +1043,17 @@ impl BundleReader {
         let remaining = self.header.sections - self.read;
         match &mut self.input {
             Input::Direct(input, bufs) => next_raw(input, bufs, &self.path, remaining),
-            Input::Ahead(rx) => {
-                rx.recv().unwrap_or_else(|_| Err(corrupted(&self.path, "the reading thread stopped")))
+            Input::Ahead(rx, budget) => {
+                let t = std::time::Instant::now();
+                let got = rx.recv();
+                self.waited += t.elapsed();
+                match got {
+                    Ok((s, bytes)) => {
+                        budget.release(bytes);
+                        s
+                    }
+                    Err(_) => Err(corrupted(&self.path, "the reading thread stopped")),
+                }
             }
         }
     }
@@ -970,9 +1063,13 @@ impl BundleReader {
     /// reads the sections itself) or the system does not say.
     pub fn thread_cpu(&self) -> Option<ReaderCpu> {
         use std::sync::atomic::Ordering::Relaxed;
-        let started = matches!(self.input, Input::Ahead(_));
+        let started = matches!(self.input, Input::Ahead(..));
         let ns = |k: usize| std::time::Duration::from_nanos(self.thread_cpu[k].load(Relaxed));
-        (started && crate::cpu_time::thread().is_some()).then(|| ReaderCpu { read: ns(0), decode: ns(1) })
+        (started && crate::cpu_time::thread().is_some()).then(|| ReaderCpu {
+            read: ns(0),
+            decode: ns(1),
+            waited: self.waited,
+        })
     }
 
     /// The bundle's header.
@@ -1108,6 +1205,37 @@ mod tests {
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    /// The read-ahead budget: sections within it are taken at once, one past it waits until
+    /// the online phase gives bytes back, a section larger than the whole budget passes
+    /// when nothing else is held, and closing wakes a waiting reader, which then stops.
+    #[test]
+    fn the_read_ahead_budget_holds_the_reader_back_until_bytes_come_back() {
+        use std::sync::mpsc::RecvTimeoutError;
+        use std::time::Duration;
+        let budget = Arc::new(AheadBudget::default());
+        assert!(budget.acquire(READ_AHEAD_BYTES / 2));
+        assert!(budget.acquire(READ_AHEAD_BYTES / 4));
+        let waiting = |bytes: usize| {
+            let (b, (tx, rx)) = (budget.clone(), std::sync::mpsc::channel());
+            std::thread::spawn(move || tx.send(b.acquire(bytes)).unwrap());
+            rx
+        };
+        // Past the budget: it waits for a release that makes room.
+        let rx = waiting(READ_AHEAD_BYTES / 2);
+        assert_eq!(rx.recv_timeout(Duration::from_millis(50)), Err(RecvTimeoutError::Timeout));
+        budget.release(READ_AHEAD_BYTES / 4);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(true));
+        // Everything given back: a section larger than the budget passes alone.
+        budget.release(READ_AHEAD_BYTES);
+        assert!(budget.acquire(3 * READ_AHEAD_BYTES));
+        // Closed while waiting: the reader is told to stop.
+        let rx = waiting(1);
+        assert_eq!(rx.recv_timeout(Duration::from_millis(50)), Err(RecvTimeoutError::Timeout));
+        budget.close();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(false));
+        assert!(!budget.acquire(0), "closed");
     }
 
     /// Flushed to disk while written: the file holds every section in order, whichever
