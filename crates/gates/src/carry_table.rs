@@ -15,6 +15,13 @@
 //! Round 2 opens the output. Same two rounds and the same result as SIGMA's truncation, for
 //! the tables, three words and two bits more per element instead of the DPF: 52 against
 //! 127 B per element at `n = 37` (unseeded), and no AES.
+//!
+//! Past 13 bits (the softmax's product, truncated by `scale + 5`) a middle chunk of `M`
+//! bits sits between them (`H, M ≤ 6`): `c = a + e·a' + e·e'·b`, with `a' = 1[x̂_m < r_m]`
+//! and `e' = 1[x̂_m = r_m]` read from two more tables. Round 1 opens five masked bits; the
+//! two products of opened bits take nine words (`z₂, z₃, z₄, z₅` and the products
+//! `z₂z₃, z₂z₄, z₂z₅, z₄z₅, z₂z₄z₅`), still two rounds and no AES: at `s = 17`, 256 table
+//! bits against a DPF of ten levels.
 
 use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
@@ -33,14 +40,17 @@ use crate::shift::{ArsSlack, slack_lift};
 /// Widest low chunk: its table is two words.
 const LOW_BITS: u32 = 7;
 
+/// Widest high (and middle) chunk: its two tables are two words.
+const HIGH_BITS: u32 = 6;
+
 /// `len` elements of `⌊x / 2^s⌋` from `Z_{2^n}` into `Z_{2^out}`, every input below
-/// `2^{n−2}` in magnitude (as [`crate::shift::ArsSlack`]), for `s ≤ 13` (a high chunk of at
-/// most 6 bits).
+/// `2^{n−2}` in magnitude (as [`crate::shift::ArsSlack`]), for `s ≤ 19` (high and middle
+/// chunks of at most 6 bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArsSlackTable {
     /// Input ring width `n`.
     pub bits: u32,
-    /// Shift `s`, `1 ≤ s ≤ min(n − 2, 13)`.
+    /// Shift `s`, `1 ≤ s ≤ min(n − 2, 19)`.
     pub shift: u32,
     /// Output ring width (at least `n − s`).
     pub out_bits: u32,
@@ -55,12 +65,14 @@ pub struct ArsSlackTableKey {
     out_bits: u32,
     /// Shares of every element's tables, `tables_bits()` bits each, packed in order.
     tables: Vec<u64>,
-    /// Shares of the masks `z₁, z₂, z₃` of the opened bits, three per element.
+    /// Shares of the masks `z₁, z₂, z₃` of the opened bits, three per element (five with a
+    /// middle chunk).
     z: Vec<bool>,
     /// Shares of `r_out − ⌊r/2^s⌋ − a` for `â = 0, 1` (`a = â ⊕ z₁`).
     corr: [Vec<u64>; 2],
-    /// Shares of `z₂`, `z₃` and `z₂z₃` as ring elements.
-    ez: [Vec<u64>; 3],
+    /// Shares of `z₂`, `z₃` and `z₂z₃` as ring elements; with a middle chunk, of `z₂, z₃,
+    /// z₄, z₅, z₂z₃, z₂z₄, z₂z₅, z₄z₅, z₂z₄z₅` (the rest empty).
+    ez: [Vec<u64>; 9],
     /// Shares of `msb(r)·2^{n−s}`.
     wrap: Vec<u64>,
 }
@@ -68,24 +80,36 @@ fss::wipe_on_drop!(ArsSlackTableKey { wipe: [tables, z, corr, ez, wrap], zeroize
 key_debug!(ArsSlackTableKey);
 
 impl ArsSlackTable {
-    /// Whether the tables can carry a shift of `s` bits (a high chunk of at most 6 bits).
+    /// Whether the tables can carry a shift of `s` bits (high and middle chunks of at most
+    /// 6 bits).
     pub fn supports(shift: u32) -> bool {
-        (1..=LOW_BITS + 6).contains(&shift)
+        (1..=LOW_BITS + 2 * HIGH_BITS).contains(&shift)
     }
 
     fn low_bits(&self) -> u32 {
         self.shift.min(LOW_BITS)
     }
 
+    /// The middle chunk's width: 0 up to 13 bits, else half of what the low chunk leaves.
+    fn mid_bits(&self) -> u32 {
+        let rest = self.shift - self.low_bits();
+        if rest <= HIGH_BITS { 0 } else { rest / 2 }
+    }
+
     fn high_bits(&self) -> u32 {
-        self.shift - self.low_bits()
+        self.shift - self.low_bits() - self.mid_bits()
+    }
+
+    /// Opened bits per element: `a, e, b`, or `a, e, a', e', b` with a middle chunk.
+    fn opened_bits(&self) -> usize {
+        if self.mid_bits() > 0 { 5 } else { 3 }
     }
 
     /// Table bits per element: `1[v < r_h]`, `1[v = r_h]` (when there is a high chunk),
-    /// then `1[v < r_l]`.
+    /// `1[v < r_m]`, `1[v = r_m]` (when there is a middle one), then `1[v < r_l]`.
     fn table_bits(&self) -> usize {
-        let h = if self.high_bits() > 0 { 2usize << self.high_bits() } else { 0 };
-        h + (1usize << self.low_bits())
+        let pair = |w: u32| if w > 0 { 2usize << w } else { 0 };
+        pair(self.high_bits()) + pair(self.mid_bits()) + (1usize << self.low_bits())
     }
 
     fn input_width(&self) -> u32 {
@@ -103,7 +127,7 @@ impl ArsSlackTable {
 
     fn check(&self) -> Result<(), GateError> {
         if !Self::supports(self.shift) {
-            return Err(GateError::Params(format!("table carry: shift {} past 13 bits", self.shift)));
+            return Err(GateError::Params(format!("table carry: shift {} past 19 bits", self.shift)));
         }
         self.sigma().check()
     }
@@ -127,7 +151,7 @@ impl ArsSlackTable {
         check_len("masks", self.len, r.len())?;
         check_len("output masks", self.len, rout.len())?;
         let (n, s, m) = (self.bits, self.shift, mask(self.out_bits));
-        let (hb, lb, tb) = (self.high_bits(), self.low_bits(), self.table_bits());
+        let (hb, mb, lb, tb) = (self.high_bits(), self.mid_bits(), self.low_bits(), self.table_bits());
         // The tables, packed: element i's at bits [i·tb, (i+1)·tb).
         let mut tables = vec![0u64; (self.len * tb).div_ceil(64)];
         let mut put = |at: usize, width: usize, v: u128| {
@@ -144,13 +168,15 @@ impl ArsSlackTable {
         let below = |k: u64| -> u128 { if k >= 128 { u128::MAX } else { (1u128 << k) - 1 } };
         for (i, &ri) in r.iter().enumerate() {
             let low = ri & mask(s);
-            let (rh, rl) = (low >> lb, low & mask(lb));
+            let (rh, rm, rl) = (low >> (mb + lb), (low >> lb) & mask(mb), low & mask(lb));
             let mut at = i * tb;
-            if hb > 0 {
-                let width = 1usize << hb;
-                put(at, width, below(rh));
-                put(at + width, width, 1u128 << rh);
-                at += 2 * width;
+            for (w, rc) in [(hb, rh), (mb, rm)] {
+                if w > 0 {
+                    let width = 1usize << w;
+                    put(at, width, below(rc));
+                    put(at + width, width, 1u128 << rc);
+                    at += 2 * width;
+                }
             }
             put(at, 1usize << lb, below(rl));
         }
@@ -158,20 +184,27 @@ impl ArsSlackTable {
         split_draws(rng, &mut t0);
         let t1: Vec<u64> = tables.iter().zip(&t0).map(|(&t, &a)| t ^ a).collect();
         tables.zeroize();
-        let z = random_bits(rng, 3 * self.len);
+        let nz = self.opened_bits();
+        let z = random_bits(rng, nz * self.len);
         let (z0, z1) = share_bits(rng, &z);
         // `a = â ⊕ z₁`: the word for `â` is `v₀ − a`.
         let v0: Vec<u64> = r.iter().zip(rout).map(|(&r, &o)| o.wrapping_sub(r >> s) & m).collect();
         let pick = |hat: bool| -> Vec<u64> {
-            v0.iter().enumerate().map(|(i, &v)| v.wrapping_sub((hat ^ z[3 * i]) as u64) & m).collect()
+            v0.iter().enumerate().map(|(i, &v)| v.wrapping_sub((hat ^ z[nz * i]) as u64) & m).collect()
         };
         let (a0, a1) = share(rng, &pick(false), self.out_bits);
         let (b0, b1) = share(rng, &pick(true), self.out_bits);
-        let bit = |k: usize| -> Vec<u64> { (0..self.len).map(|i| z[3 * i + k] as u64).collect() };
-        let both: Vec<u64> = (0..self.len).map(|i| (z[3 * i + 1] & z[3 * i + 2]) as u64).collect();
-        let (e20, e21) = share(rng, &bit(1), self.out_bits);
-        let (e30, e31) = share(rng, &bit(2), self.out_bits);
-        let (e230, e231) = share(rng, &both, self.out_bits);
+        // The products of the other masks the second round needs, as ring elements.
+        let products: &[&[usize]] = if mb > 0 {
+            &[&[1], &[2], &[3], &[4], &[1, 2], &[1, 3], &[1, 4], &[3, 4], &[1, 3, 4]]
+        } else {
+            &[&[1], &[2], &[1, 2]]
+        };
+        let (mut ez0, mut ez1): ([Vec<u64>; 9], [Vec<u64>; 9]) = Default::default();
+        for (k, idx) in products.iter().enumerate() {
+            let v: Vec<u64> = (0..self.len).map(|i| idx.iter().all(|&j| z[nz * i + j]) as u64).collect();
+            (ez0[k], ez1[k]) = share(rng, &v, self.out_bits);
+        }
         let wrap: Vec<u64> = r.iter().map(|&r| (((r >> (n - 1)) & 1) << (n - s)) & m).collect();
         let (w0, w1) = share(rng, &wrap, self.out_bits);
         let out_bits = self.out_bits;
@@ -184,10 +217,7 @@ impl ArsSlackTable {
             ez,
             wrap,
         };
-        Ok((
-            key(Party::P0, t0, z0, [a0, b0], [e20, e30, e230], w0),
-            key(Party::P1, t1, z1, [a1, b1], [e21, e31, e231], w1),
-        ))
+        Ok((key(Party::P0, t0, z0, [a0, b0], ez0, w0), key(Party::P1, t1, z1, [a1, b1], ez1, w1)))
     }
 
     /// The masked output (two rounds).
@@ -198,51 +228,89 @@ impl ArsSlackTable {
         self.check()?;
         let (n, s, m) = (self.bits, self.shift, mask(self.out_bits));
         check_len("inputs", self.len, xh.len())?;
-        let (hb, lb, tb) = (self.high_bits(), self.low_bits(), self.table_bits());
+        let (hb, mb, lb, tb) = (self.high_bits(), self.mid_bits(), self.low_bits(), self.table_bits());
+        let nz = self.opened_bits();
         let read = |bit: usize| -> u64 { (key.tables[bit / 64] >> (bit % 64)) & 1 };
         // (`x₁ = x̂ + 2^{n−2}` is recomputed where it is read.)
         let lift = |x: u64| slack_lift(x, n);
         // Round 1: `a ⊕ z₁`, `e ⊕ z₂`, `b ⊕ z₃` per element (`e` is 0 without a high chunk),
-        // as bits 0, 1 and 2 of one word: one 3-bit field per element on the wire.
+        // as bits 0, 1 and 2 of one word: one 3-bit field per element on the wire; with a
+        // middle chunk `a, e, a', e', b` as a 5-bit field.
         let mut bits = Vec::with_capacity(self.len);
         for (i, &x) in xh.iter().enumerate() {
             let low = lift(x) & mask(s);
-            let (h, l) = ((low >> lb) as usize, (low & mask(lb)) as usize);
+            let (h, mid, l) =
+                ((low >> (mb + lb)) as usize, ((low >> lb) & mask(mb)) as usize, (low & mask(lb)) as usize);
             let mut at = i * tb;
-            let (a, e) = if hb > 0 {
-                let width = 1usize << hb;
-                let ae = (read(at + h), read(at + width + h));
+            let mut pair = |w: u32, v: usize| -> (u64, u64) {
+                if w == 0 {
+                    return (0, 0);
+                }
+                let width = 1usize << w;
+                let ae = (read(at + v), read(at + width + v));
                 at += 2 * width;
                 ae
-            } else {
-                (0, 0)
             };
+            let (a, e) = pair(hb, h);
+            let (a2, e2) = pair(mb, mid);
             let b = read(at + l);
-            // Without a high chunk the carry is `b` alone: it stands in `a`'s place.
-            let (a, b) = if hb > 0 { (a, b) } else { (b, 0) };
-            let z = key.z[3 * i] as u64 | (key.z[3 * i + 1] as u64) << 1 | (key.z[3 * i + 2] as u64) << 2;
-            bits.push((a | e << 1 | b << 2) ^ z);
+            let z = (0..nz).fold(0u64, |acc, j| acc | (key.z[nz * i + j] as u64) << j);
+            let field = if mb > 0 {
+                a | e << 1 | a2 << 2 | e2 << 3 | b << 4
+            } else if hb > 0 {
+                a | e << 1 | b << 2
+            } else {
+                // Without a high chunk the carry is `b` alone: it stands in `a`'s place.
+                b
+            };
+            bits.push(field ^ z);
         }
         let mut opened = vec![0u64; self.len];
-        ctx.open_packed_bits_into(&bits, 3, &mut opened).await?;
+        ctx.open_packed_bits_into(&bits, nz as u32, &mut opened).await?;
         let own = party_term(ctx.party());
         let [c0, c1] = &key.corr;
-        let [e2, e3, e23] = &key.ez;
+        let ez = &key.ez;
+        // `1 − 2v` for an opened bit `v`, in the ring.
+        let sign = |v: u64| 1u64.wrapping_sub(2 * v);
         let y: Vec<u64> = (0..self.len)
             .map(|i| {
                 let x = lift(xh[i]);
                 let o = opened[i];
-                let (a, e, b) = (o & 1, (o >> 1) & 1, (o >> 2) & 1);
+                let bit = |j: u32| (o >> j) & 1;
                 let public = (x >> s).wrapping_sub(1 << (n - s - 2));
                 let not_msb = 1 - (x >> (n - 1));
-                // −e·b = −(ê·b̂ + ê(1 − 2b̂)·z₃ + b̂(1 − 2ê)·z₂ + (1 − 2ê)(1 − 2b̂)·z₂z₃).
-                let (se, sb) = (1u64.wrapping_sub(2 * e), 1u64.wrapping_sub(2 * b));
-                let eb = (own * e * b)
-                    .wrapping_add((e * sb).wrapping_mul(e3[i]))
-                    .wrapping_add((b * se).wrapping_mul(e2[i]))
-                    .wrapping_add(se.wrapping_mul(sb).wrapping_mul(e23[i]));
-                let corr = if a == 1 { c1[i] } else { c0[i] };
-                (own * public).wrapping_add(corr).wrapping_sub(eb).wrapping_add(not_msb * key.wrap[i]) & m
+                // A masked bit `v̂ ⊕ z` is `v̂ + (1 − 2v̂)·z`: products of such bits expand into
+                // public terms times the dealer's products of masks.
+                let w = |k: usize| ez[k][i];
+                let products = if mb > 0 {
+                    // e·a' + e·e'·b, from ê, â', ê', b̂ (bits 1–4; masks z₂…z₅ at 0–3).
+                    let (e, a2, e2, b) = (bit(1), bit(2), bit(3), bit(4));
+                    let (se, sa2, se2, sb) = (sign(e), sign(a2), sign(e2), sign(b));
+                    let ea = (own * e * a2)
+                        .wrapping_add((e * sa2).wrapping_mul(w(1)))
+                        .wrapping_add((a2 * se).wrapping_mul(w(0)))
+                        .wrapping_add(se.wrapping_mul(sa2).wrapping_mul(w(4)));
+                    let eeb = (own * e * e2 * b)
+                        .wrapping_add((e * e2 * sb).wrapping_mul(w(3)))
+                        .wrapping_add((e * b * se2).wrapping_mul(w(2)))
+                        .wrapping_add((e2 * b * se).wrapping_mul(w(0)))
+                        .wrapping_add((e * se2.wrapping_mul(sb)).wrapping_mul(w(7)))
+                        .wrapping_add((e2 * se.wrapping_mul(sb)).wrapping_mul(w(6)))
+                        .wrapping_add((b * se.wrapping_mul(se2)).wrapping_mul(w(5)))
+                        .wrapping_add(se.wrapping_mul(se2).wrapping_mul(sb).wrapping_mul(w(8)));
+                    ea.wrapping_add(eeb)
+                } else {
+                    // e·b = ê·b̂ + ê(1 − 2b̂)·z₃ + b̂(1 − 2ê)·z₂ + (1 − 2ê)(1 − 2b̂)·z₂z₃.
+                    let (e, b) = (bit(1), bit(2));
+                    let (se, sb) = (sign(e), sign(b));
+                    (own * e * b)
+                        .wrapping_add((e * sb).wrapping_mul(w(1)))
+                        .wrapping_add((b * se).wrapping_mul(w(0)))
+                        .wrapping_add(se.wrapping_mul(sb).wrapping_mul(w(2)))
+                };
+                let corr = if bit(0) == 1 { c1[i] } else { c0[i] };
+                (own * public).wrapping_add(corr).wrapping_sub(products).wrapping_add(not_msb * key.wrap[i])
+                    & m
             })
             .collect();
         ctx.open(&y, self.out_bits).await
@@ -263,7 +331,8 @@ impl GateKey for ArsSlackTableKey {
         let count = self.tables.len() * 64;
         w.put_share_bits(count, &self.tables);
         put_bits(w, &self.z);
-        for v in self.corr.iter().chain(&self.ez) {
+        // (The unused product words are empty.)
+        for v in self.corr.iter().chain(self.ez.iter().filter(|v| !v.is_empty())) {
             put_words(w, v, self.out_bits);
         }
         put_words(w, &self.wrap, self.out_bits);
@@ -273,10 +342,13 @@ impl GateKey for ArsSlackTableKey {
         let count = (s.len * s.table_bits()).div_ceil(64) * 64;
         let mut tables = Vec::new();
         r.get_share_bits_packed(count, &mut tables)?;
-        let z = get_bits(r, 3 * s.len)?;
+        let z = get_bits(r, s.opened_bits() * s.len)?;
         let mut words = || get_words(r, s.len, s.out_bits);
         let corr = [words()?, words()?];
-        let ez = [words()?, words()?, words()?];
+        let mut ez: [Vec<u64>; 9] = Default::default();
+        for e in ez.iter_mut().take(if s.mid_bits() > 0 { 9 } else { 3 }) {
+            *e = words()?;
+        }
         let wrap = words()?;
         Ok(ArsSlackTableKey { party, out_bits: s.out_bits, tables, z, corr, ez, wrap })
     }

@@ -10,6 +10,7 @@ use fss::{DecodeError, Party};
 use zeroize::Zeroize;
 
 use crate::arith::{Mul, MulKey};
+use crate::carry_table::{ArsSlackTable, ArsSlackTableKey};
 use crate::cmp::{MaxTree, MaxTreeKey};
 use crate::dealer::{random_words, share};
 use crate::error::{GateError, check_len};
@@ -58,6 +59,9 @@ pub struct Softmax<E = SigmaNExp, Q = SigmaReciprocal> {
     /// too, `1/S` reads its sum at `scale + exp_extra` and returns it at `scale`, and the
     /// product is truncated by `scale + exp_extra`.
     pub exp_extra: u32,
+    /// The product's truncation reads its carry from truth tables ([`ArsSlackTable`],
+    /// FuseFSS: a shift of at most 13 bits) instead of a DPF ([`ArsSlack`], SIGMA).
+    pub table_carry: bool,
 }
 
 impl Softmax {
@@ -78,8 +82,15 @@ impl Softmax {
             max_dcf_levels: 0,
             prob_bits: bits,
             exp_extra: 0,
+            table_carry: false,
         }
     }
+}
+
+/// A party's key of the softmax's final truncation ([`Softmax::table_carry`]).
+enum ProductTruncKey {
+    Dcf(ArsSlackKey),
+    Table(ArsSlackTableKey),
 }
 
 /// A party's [`Softmax`] key (its parts zeroize themselves).
@@ -90,7 +101,7 @@ pub struct SoftmaxKey<E: UnaryFamily, Q: UnaryFamily> {
     exp: KeyOf<E>,
     recip: KeyOf<Q>,
     mul: MulKey,
-    ars: ArsSlackKey,
+    ars: ProductTruncKey,
     /// Shares of the output masks of the masked-out (constant 0) entries.
     zeros: Vec<u64>,
 }
@@ -119,7 +130,10 @@ impl<E: UnaryFamily, Q: UnaryFamily> GateKey for SoftmaxKey<E, Q> {
         self.exp.write(w);
         self.recip.write(w);
         self.mul.write(w);
-        self.ars.write(w);
+        match &self.ars {
+            ProductTruncKey::Dcf(k) => k.write(w),
+            ProductTruncKey::Table(k) => k.write(w),
+        }
         put_words(w, &self.zeros, self.bits);
     }
 
@@ -133,7 +147,10 @@ impl<E: UnaryFamily, Q: UnaryFamily> GateKey for SoftmaxKey<E, Q> {
             exp: KeyOf::<E>::read(&s.nexp(v).map_err(bad)?.key_shape(), party, r)?,
             recip: KeyOf::<Q>::read(&s.recip().map_err(bad)?.key_shape(), party, r)?,
             mul: MulKey::read(&s.mul(v), party, r)?,
-            ars: ArsSlackKey::read(&s.ars(v), party, r)?,
+            ars: match s.table_carry {
+                false => ProductTruncKey::Dcf(ArsSlackKey::read(&s.ars(v), party, r)?),
+                true => ProductTruncKey::Table(ArsSlackTableKey::read(&s.ars_table(v), party, r)?),
+            },
             zeros: get_words(r, s.rows * s.cols - v, s.bits)?,
         })
     }
@@ -150,6 +167,7 @@ impl<E: UnaryFamily, Q: UnaryFamily> Softmax<E, Q> {
             || self.prob_bits > self.bits
             || (self.prob_bits < self.bits && self.prob_bits < 2 * self.scale + 3 + self.exp_extra)
             || self.scale + self.exp_extra + 2 > self.prob_bits
+            || (self.table_carry && !ArsSlackTable::supports(self.scale + self.exp_extra))
         {
             return Err(GateError::Params(format!("softmax shape {self:?}")));
         }
@@ -204,6 +222,11 @@ impl<E: UnaryFamily, Q: UnaryFamily> Softmax<E, Q> {
         ArsSlack { bits: self.prob_bits, shift: self.scale + self.exp_extra, out_bits: self.bits, len }
     }
 
+    fn ars_table(&self, len: usize) -> ArsSlackTable {
+        let ArsSlack { bits, shift, out_bits, len } = self.ars(len);
+        ArsSlackTable { bits, shift, out_bits, len }
+    }
+
     fn row_sums(&self, v: &[u64], rows_of: &[usize]) -> Vec<u64> {
         let mut s = vec![0u64; self.rows];
         for (&x, &row) in v.iter().zip(rows_of) {
@@ -238,7 +261,13 @@ impl<E: UnaryFamily, Q: UnaryFamily> Softmax<E, Q> {
         let rz = random_words(rng, valid.len(), p);
         let (m0, m1) = self.mul(valid.len()).keygen(&[&rib, &re], &rz, rng)?;
         let ro: Vec<u64> = valid.iter().map(|&i| rout[i]).collect();
-        let (a0, a1) = self.ars(valid.len()).deal(&rz, &ro, rng)?;
+        let (a0, a1) = if self.table_carry {
+            let (a0, a1) = self.ars_table(valid.len()).deal(&rz, &ro, rng)?;
+            (ProductTruncKey::Table(a0), ProductTruncKey::Table(a1))
+        } else {
+            let (a0, a1) = self.ars(valid.len()).deal(&rz, &ro, rng)?;
+            (ProductTruncKey::Dcf(a0), ProductTruncKey::Dcf(a1))
+        };
         let zm: Vec<u64> = self.invalid().iter().map(|&i| rout[i]).collect();
         let (z0, z1) = share(rng, &zm, b);
         Ok((
@@ -281,8 +310,15 @@ impl<E: UnaryFamily, Q: UnaryFamily> Softmax<E, Q> {
         let ib: Vec<u64> = rows_of.iter().map(|&row| inv[row]).collect();
         let z = self.mul(valid.len()).eval(ctx, &key.mul, &[&ib, &e]).await?;
         // The constant entries are opened alongside the truncation's first round.
-        let ars = self.ars(valid.len());
-        let (y, zeros) = join(ars.run(ctx, &key.ars, &z), ctx.open(&key.zeros, b)).await;
+        let n = valid.len();
+        let trunc = async {
+            match &key.ars {
+                ProductTruncKey::Dcf(k) if !self.table_carry => self.ars(n).run(ctx, k, &z).await,
+                ProductTruncKey::Table(k) if self.table_carry => self.ars_table(n).run(ctx, k, &z).await,
+                _ => Err(GateError::KeyMismatch("softmax truncation key of the other kind")),
+            }
+        };
+        let (y, zeros) = join(trunc, ctx.open(&key.zeros, b)).await;
         let mut out = vec![0u64; self.rows * self.cols];
         for (&i, &v) in valid.iter().zip(&y?) {
             out[i] = v;

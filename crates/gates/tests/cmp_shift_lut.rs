@@ -206,9 +206,65 @@ fn table_carry_truncation_exhaustive_small() {
             }
         }
     }
+    // With a middle chunk (shifts past 13): every slack input of 16 and 18 bits.
+    for bits in [16u32, 18] {
+        let (xs, ms) = slack_inputs(bits, &mut r);
+        for shift in 14..=bits - 2 {
+            let out = words(&mut r, xs.len(), bits);
+            let g = ArsSlackTable { bits, shift, out_bits: bits, len: xs.len() };
+            let rep = check(&g, &[&xs[..]], &[&ms[..]], &out, &mut r);
+            assert_eq!(rep.stats[0].rounds, 2);
+        }
+    }
     // Shifts past the tables are refused.
-    let g = ArsSlackTable { bits: 37, shift: 14, out_bits: 37, len: 1 };
+    let g = ArsSlackTable { bits: 37, shift: 20, out_bits: 37, len: 1 };
     assert!(gates::harness::run(&g, &[&[0u64][..]], &mut r).is_err());
+}
+
+/// With three chunks (shifts 14 to 19): under random masks, masked inputs whose high,
+/// middle and low chunks each lie below, at and above the mask's (every one of the 27
+/// ways), at the chunks' edges too, and random ones; into a narrower and a wider ring.
+#[test]
+fn table_carry_three_chunks_every_way_the_chunks_compare() {
+    let mut r = rng(18);
+    for shift in [14u32, 15, 17, 19] {
+        let bits = shift + 6;
+        let ring = fss::Ring::new(bits).unwrap();
+        let g0 = ArsSlackTable { bits, shift, out_bits: bits, len: 0 };
+        let (lb, mb) = (7u32, (shift - 7) / 2);
+        let hb = shift - lb - mb;
+        assert!(hb <= 6 && mb <= 6 && mb > 0, "{g0:?}");
+        let (mut x, mut m) = (vec![], vec![]);
+        for _ in 0..300 {
+            let mm = r.next_u64() & mask(bits);
+            let low = mm & mask(shift);
+            let (rh, rm, rl) = (low >> (mb + lb), (low >> lb) & mask(mb), low & mask(lb));
+            // A chunk's value at `d` from the mask's, kept inside the chunk.
+            let near = |v: u64, d: i64, w: u32| (v as i64 + d).clamp(0, (1i64 << w) - 1) as u64;
+            for dh in -1..=1 {
+                for dm in -1..=1 {
+                    for dl in -1..=1 {
+                        let target =
+                            near(rh, dh, hb) << (mb + lb) | near(rm, dm, mb) << lb | near(rl, dl, lb);
+                        // The masked input's low bits are `target`: x's low bits are
+                        // `target − r` and its high bits small (a slack input).
+                        let high = (r.next_u64() % 16) as i64 - 8;
+                        let xv = (high << shift) + (target.wrapping_sub(low) & mask(shift)) as i64;
+                        x.push(ring.from_signed(xv));
+                        m.push(mm);
+                    }
+                }
+            }
+            let q = 1i64 << (bits - 3);
+            x.push(ring.from_signed((r.next_u64() % (2 * q as u64)) as i64 - q));
+            m.push(mm);
+        }
+        for out_bits in [bits - shift, bits + 3] {
+            let out = words(&mut r, x.len(), out_bits);
+            let g = ArsSlackTable { bits, shift, out_bits, len: x.len() };
+            check(&g, &[&x[..]], &[&m[..]], &out, &mut r);
+        }
+    }
 }
 
 /// Every low part of the mask against every low part of the masked input, for shifts with a

@@ -76,8 +76,10 @@ pub const VERSION: u16 = 3;
 /// tables (`gates::carry_table`). 22: FuseFSS softmax's `e^{−x}` as joined lines in rows of
 /// 128 ulps at 5 more fractional bits (`library::nexp_interp`), `1/S` reading its sum there.
 /// 23: FuseFSS truncations' first round opens each element's three masked bits as one
-/// 3-bit field (the same bytes, another order: no key changes).
-pub const PROTOCOL_REVISION: u64 = 23;
+/// 3-bit field (the same bytes, another order: no key changes). 24: FuseFSS softmax's
+/// product truncation (and any FuseFSS truncation by 14 to 19 bits) reads its carry from
+/// truth tables with a middle chunk (`gates::carry_table`).
+pub const PROTOCOL_REVISION: u64 = 24;
 const KIND_INPUT: u8 = 1;
 const KIND_GATE: u8 = 2;
 const KIND_OUTPUT: u8 = 3;
