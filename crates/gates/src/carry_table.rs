@@ -202,7 +202,10 @@ impl ArsSlackTable {
         };
         let (mut ez0, mut ez1): ([Vec<u64>; 9], [Vec<u64>; 9]) = Default::default();
         for (k, idx) in products.iter().enumerate() {
-            let v: Vec<u64> = (0..self.len).map(|i| idx.iter().all(|&j| z[nz * i + j]) as u64).collect();
+            let v: Vec<u64> = z
+                .chunks_exact(nz)
+                .map(|zi| idx.iter().fold(true, |all, &j| all & zi[j]) as u64)
+                .collect();
             (ez0[k], ez1[k]) = share(rng, &v, self.out_bits);
         }
         let wrap: Vec<u64> = r.iter().map(|&r| (((r >> (n - 1)) & 1) << (n - s)) & m).collect();
