@@ -202,10 +202,8 @@ impl ArsSlackTable {
         };
         let (mut ez0, mut ez1): ([Vec<u64>; 9], [Vec<u64>; 9]) = Default::default();
         for (k, idx) in products.iter().enumerate() {
-            let v: Vec<u64> = z
-                .chunks_exact(nz)
-                .map(|zi| idx.iter().fold(true, |all, &j| all & zi[j]) as u64)
-                .collect();
+            let v: Vec<u64> =
+                z.chunks_exact(nz).map(|zi| idx.iter().fold(true, |all, &j| all & zi[j]) as u64).collect();
             (ez0[k], ez1[k]) = share(rng, &v, self.out_bits);
         }
         let wrap: Vec<u64> = r.iter().map(|&r| (((r >> (n - 1)) & 1) << (n - s)) & m).collect();
@@ -229,7 +227,7 @@ impl ArsSlackTable {
     /// As [`Gate::eval`].
     pub async fn run(&self, ctx: &Ctx, key: &ArsSlackTableKey, xh: &[u64]) -> Result<Vec<u64>, GateError> {
         self.check()?;
-        let (n, s, m) = (self.bits, self.shift, mask(self.out_bits));
+        let (n, s) = (self.bits, self.shift);
         check_len("inputs", self.len, xh.len())?;
         let (hb, mb, lb, tb) = (self.high_bits(), self.mid_bits(), self.low_bits(), self.table_bits());
         let nz = self.opened_bits();
@@ -239,85 +237,133 @@ impl ArsSlackTable {
         // Round 1: `a ⊕ z₁`, `e ⊕ z₂`, `b ⊕ z₃` per element (`e` is 0 without a high chunk),
         // as bits 0, 1 and 2 of one word: one 3-bit field per element on the wire; with a
         // middle chunk `a, e, a', e', b` as a 5-bit field.
-        let mut bits = Vec::with_capacity(self.len);
-        for (i, &x) in xh.iter().enumerate() {
-            let low = lift(x) & mask(s);
-            let (h, mid, l) =
-                ((low >> (mb + lb)) as usize, ((low >> lb) & mask(mb)) as usize, (low & mask(lb)) as usize);
-            let mut at = i * tb;
-            let mut pair = |w: u32, v: usize| -> (u64, u64) {
-                if w == 0 {
-                    return (0, 0);
-                }
-                let width = 1usize << w;
-                let ae = (read(at + v), read(at + width + v));
-                at += 2 * width;
-                ae
-            };
-            let (a, e) = pair(hb, h);
-            let (a2, e2) = pair(mb, mid);
-            let b = read(at + l);
-            let z = (0..nz).fold(0u64, |acc, j| acc | (key.z[nz * i + j] as u64) << j);
-            let field = if mb > 0 {
-                a | e << 1 | a2 << 2 | e2 << 3 | b << 4
-            } else if hb > 0 {
-                a | e << 1 | b << 2
-            } else {
-                // Without a high chunk the carry is `b` alone: it stands in `a`'s place.
-                b
-            };
-            bits.push(field ^ z);
-        }
+        // Where each table starts in an element's bits (a missing chunk's tables take none).
+        let pair = |w: u32| if w > 0 { 2usize << w } else { 0 };
+        let (at_e, at_m) = (if hb > 0 { 1usize << hb } else { 0 }, pair(hb));
+        let (at_e2, at_b) = (at_m + if mb > 0 { 1usize << mb } else { 0 }, at_m + pair(mb));
+        let bits: Vec<u64> = xh
+            .iter()
+            .zip(key.z.chunks_exact(nz))
+            .enumerate()
+            .map(|(i, (&x, zi))| {
+                let low = lift(x) & mask(s);
+                let (h, mid, l) = (
+                    (low >> (mb + lb)) as usize,
+                    ((low >> lb) & mask(mb)) as usize,
+                    (low & mask(lb)) as usize,
+                );
+                let at = i * tb;
+                let b = read(at + at_b + l);
+                let field = if mb > 0 {
+                    let (a, e) = (read(at + h), read(at + at_e + h));
+                    let (a2, e2) = (read(at + at_m + mid), read(at + at_e2 + mid));
+                    a | e << 1 | a2 << 2 | e2 << 3 | b << 4
+                } else if hb > 0 {
+                    let (a, e) = (read(at + h), read(at + at_e + h));
+                    a | e << 1 | b << 2
+                } else {
+                    // Without a high chunk the carry is `b` alone: it stands in `a`'s place.
+                    b
+                };
+                let z = zi.iter().enumerate().fold(0u64, |acc, (j, &zj)| acc | (zj as u64) << j);
+                field ^ z
+            })
+            .collect();
         let mut opened = vec![0u64; self.len];
         ctx.open_packed_bits_into(&bits, nz as u32, &mut opened).await?;
         let own = party_term(ctx.party());
-        let [c0, c1] = &key.corr;
-        let ez = &key.ez;
-        // `1 − 2v` for an opened bit `v`, in the ring.
-        let sign = |v: u64| 1u64.wrapping_sub(2 * v);
-        let y: Vec<u64> = (0..self.len)
-            .map(|i| {
-                let x = lift(xh[i]);
-                let o = opened[i];
-                let bit = |j: u32| (o >> j) & 1;
-                let public = (x >> s).wrapping_sub(1 << (n - s - 2));
-                let not_msb = 1 - (x >> (n - 1));
-                // A masked bit `v̂ ⊕ z` is `v̂ + (1 − 2v̂)·z`: products of such bits expand into
-                // public terms times the dealer's products of masks.
-                let w = |k: usize| ez[k][i];
-                let products = if mb > 0 {
-                    // e·a' + e·e'·b, from ê, â', ê', b̂ (bits 1–4; masks z₂…z₅ at 0–3).
-                    let (e, a2, e2, b) = (bit(1), bit(2), bit(3), bit(4));
-                    let (se, sa2, se2, sb) = (sign(e), sign(a2), sign(e2), sign(b));
-                    let ea = (own * e * a2)
-                        .wrapping_add((e * sa2).wrapping_mul(w(1)))
-                        .wrapping_add((a2 * se).wrapping_mul(w(0)))
-                        .wrapping_add(se.wrapping_mul(sa2).wrapping_mul(w(4)));
-                    let eeb = (own * e * e2 * b)
-                        .wrapping_add((e * e2 * sb).wrapping_mul(w(3)))
-                        .wrapping_add((e * b * se2).wrapping_mul(w(2)))
-                        .wrapping_add((e2 * b * se).wrapping_mul(w(0)))
-                        .wrapping_add((e * se2.wrapping_mul(sb)).wrapping_mul(w(7)))
-                        .wrapping_add((e2 * se.wrapping_mul(sb)).wrapping_mul(w(6)))
-                        .wrapping_add((b * se.wrapping_mul(se2)).wrapping_mul(w(5)))
-                        .wrapping_add(se.wrapping_mul(se2).wrapping_mul(sb).wrapping_mul(w(8)));
-                    ea.wrapping_add(eeb)
-                } else {
-                    // e·b = ê·b̂ + ê(1 − 2b̂)·z₃ + b̂(1 − 2ê)·z₂ + (1 − 2ê)(1 − 2b̂)·z₂z₃.
-                    let (e, b) = (bit(1), bit(2));
-                    let (se, sb) = (sign(e), sign(b));
-                    (own * e * b)
-                        .wrapping_add((e * sb).wrapping_mul(w(1)))
-                        .wrapping_add((b * se).wrapping_mul(w(0)))
-                        .wrapping_add(se.wrapping_mul(sb).wrapping_mul(w(2)))
-                };
-                let corr = if bit(0) == 1 { c1[i] } else { c0[i] };
-                (own * public).wrapping_add(corr).wrapping_sub(products).wrapping_add(not_msb * key.wrap[i])
-                    & m
-            })
-            .collect();
+        let y = if mb == 0 {
+            two_chunk_outputs(self, own, xh, &opened, key)
+        } else {
+            three_chunk_outputs(self, own, xh, &opened, key)
+        };
         ctx.open(&y, self.out_bits).await
     }
+}
+
+/// The second round's shares of [`ArsSlackTable::run`] with a middle chunk: `c = a + e·a' +
+/// e·e'·b` from the opened `â, ê, â', ê', b̂`. (Every slice cut to the elements first, so
+/// that the loop reads them without bounds checks.)
+fn three_chunk_outputs(
+    g: &ArsSlackTable,
+    own: u64,
+    xh: &[u64],
+    opened: &[u64],
+    key: &ArsSlackTableKey,
+) -> Vec<u64> {
+    let (n, s, m, len) = (g.bits, g.shift, mask(g.out_bits), g.len);
+    let (xh, opened, wrap) = (&xh[..len], &opened[..len], &key.wrap[..len]);
+    let (c0, c1) = (&key.corr[0][..len], &key.corr[1][..len]);
+    let w: [&[u64]; 9] = std::array::from_fn(|k| &key.ez[k][..len]);
+    let lifted_top = 1u64 << (n - s - 2);
+    // `1 − 2v` for an opened bit `v`, in the ring.
+    let sign = |v: u64| 1u64.wrapping_sub(2 * v);
+    (0..len)
+        .map(|i| {
+            let x = slack_lift(xh[i], n);
+            let o = opened[i];
+            let public = (x >> s).wrapping_sub(lifted_top);
+            let not_msb = 1 - (x >> (n - 1));
+            // A masked bit `v̂ ⊕ z` is `v̂ + (1 − 2v̂)·z`: products of such bits expand into
+            // public terms times the dealer's products of masks (masks z₂…z₅ at 0–3).
+            let (e, a2, e2, b) = ((o >> 1) & 1, (o >> 2) & 1, (o >> 3) & 1, (o >> 4) & 1);
+            let (se, sa2, se2, sb) = (sign(e), sign(a2), sign(e2), sign(b));
+            let ea = (own * e * a2)
+                .wrapping_add((e * sa2).wrapping_mul(w[1][i]))
+                .wrapping_add((a2 * se).wrapping_mul(w[0][i]))
+                .wrapping_add(se.wrapping_mul(sa2).wrapping_mul(w[4][i]));
+            let eeb = (own * e * e2 * b)
+                .wrapping_add((e * e2 * sb).wrapping_mul(w[3][i]))
+                .wrapping_add((e * b * se2).wrapping_mul(w[2][i]))
+                .wrapping_add((e2 * b * se).wrapping_mul(w[0][i]))
+                .wrapping_add((e * se2.wrapping_mul(sb)).wrapping_mul(w[7][i]))
+                .wrapping_add((e2 * se.wrapping_mul(sb)).wrapping_mul(w[6][i]))
+                .wrapping_add((b * se.wrapping_mul(se2)).wrapping_mul(w[5][i]))
+                .wrapping_add(se.wrapping_mul(se2).wrapping_mul(sb).wrapping_mul(w[8][i]));
+            let corr = c0[i] ^ ((c0[i] ^ c1[i]) & (o & 1).wrapping_neg());
+            (own * public)
+                .wrapping_add(corr)
+                .wrapping_sub(ea.wrapping_add(eeb))
+                .wrapping_add(not_msb * wrap[i])
+                & m
+        })
+        .collect()
+}
+
+/// The second round's shares of [`ArsSlackTable::run`] without a middle chunk: as the
+/// general map, over zipped slices (no indexing, so that it vectorises).
+fn two_chunk_outputs(
+    g: &ArsSlackTable,
+    own: u64,
+    xh: &[u64],
+    opened: &[u64],
+    key: &ArsSlackTableKey,
+) -> Vec<u64> {
+    let (n, s, m) = (g.bits, g.shift, mask(g.out_bits));
+    let [c0, c1] = &key.corr;
+    let (z2, z3, z23) = (&key.ez[0], &key.ez[1], &key.ez[2]);
+    let lifted_top = 1u64 << (n - s - 2);
+    xh.iter()
+        .zip(opened)
+        .zip(c0.iter().zip(c1))
+        .zip(z2.iter().zip(z3).zip(z23))
+        .zip(&key.wrap)
+        .map(|((((&x, &o), (&a0, &a1)), ((&z2, &z3), &z23)), &w)| {
+            let x = slack_lift(x, n);
+            let (a, e, b) = (o & 1, (o >> 1) & 1, (o >> 2) & 1);
+            let public = (x >> s).wrapping_sub(lifted_top);
+            let not_msb = 1 - (x >> (n - 1));
+            // e·b = ê·b̂ + ê(1 − 2b̂)·z₃ + b̂(1 − 2ê)·z₂ + (1 − 2ê)(1 − 2b̂)·z₂z₃.
+            let (se, sb) = (1u64.wrapping_sub(2 * e), 1u64.wrapping_sub(2 * b));
+            let eb = (own * e * b)
+                .wrapping_add((e * sb).wrapping_mul(z3))
+                .wrapping_add((b * se).wrapping_mul(z2))
+                .wrapping_add(se.wrapping_mul(sb).wrapping_mul(z23));
+            // (A select of the word `â` picks, without a branch.)
+            let corr = a0 ^ ((a0 ^ a1) & a.wrapping_neg());
+            (own * public).wrapping_add(corr).wrapping_sub(eb).wrapping_add(not_msb * w) & m
+        })
+        .collect()
 }
 
 unary!(ArsSlackTable, ArsSlackTableKey);
