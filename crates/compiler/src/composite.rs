@@ -151,8 +151,9 @@ pub const ONE_ROUND_MAX_TREE_MAX: usize = 1024;
 /// `e^{−x}` reads) with every level but the widest in one round ([`gates::cmp::ReluDcf`]):
 /// the widest level holds half the comparisons, so it keeps SIGMA's smaller two-round key,
 /// but in a softmax of at most [`ONE_ROUND_MAX_TREE_MAX`] entries. The product's truncation
-/// (by `scale + 5` bits) reads its carry from truth tables with a middle chunk
-/// ([`gates::carry_table::ArsSlackTable`]: bert-tiny's softmax key 59.8 → 50.6 MB).
+/// (by `scale + 5` bits) reads its carry from truth tables with a 10-bit high chunk
+/// ([`gates::carry_table::ArsSlackTable`]; a middle chunk would shrink bert-tiny's key by
+/// 7 MB more but open two more bits per entry, past the communication FuseFSS is held to).
 ///
 /// # Errors
 /// [`SpecError`] for unsupported widths.

@@ -16,12 +16,14 @@
 //! the tables, three words and two bits more per element instead of the DPF: 52 against
 //! 127 B per element at `n = 37` (unseeded), and no AES.
 //!
-//! Past 13 bits (the softmax's product, truncated by `scale + 5`) a middle chunk of `M`
-//! bits sits between them (`H, M ≤ 6`): `c = a + e·a' + e·e'·b`, with `a' = 1[x̂_m < r_m]`
-//! and `e' = 1[x̂_m = r_m]` read from two more tables. Round 1 opens five masked bits; the
-//! two products of opened bits take nine words (`z₂, z₃, z₄, z₅` and the products
-//! `z₂z₃, z₂z₄, z₂z₅, z₄z₅, z₂z₄z₅`), still two rounds and no AES: at `s = 17`, 256 table
-//! bits against a DPF of ten levels.
+//! The high chunk takes up to 10 bits (the softmax's product, truncated by `scale + 5 =
+//! 17`: tables of 2,176 bits, no AES, the same three opened bits). Past 17 bits a middle
+//! chunk of `M` bits sits between them (`H, M ≤ 6`): `c = a + e·a' + e·e'·b`, with
+//! `a' = 1[x̂_m < r_m]` and `e' = 1[x̂_m = r_m]` read from two more tables. Round 1 opens
+//! five masked bits; the two products of opened bits take nine words (`z₂, z₃, z₄, z₅`
+//! and the products `z₂z₃, z₂z₄, z₂z₅, z₄z₅, z₂z₄z₅`), still two rounds and no AES (at
+//! `s = 17` that would be 256 table bits, but two more opened bits per element than the
+//! wide high chunk: the softmax's communication).
 
 use fss::codec::{BitReader, BitWriter};
 use fss::ring::mask;
@@ -40,12 +42,17 @@ use crate::shift::{ArsSlack, slack_lift};
 /// Widest low chunk: its table is two words.
 const LOW_BITS: u32 = 7;
 
-/// Widest high (and middle) chunk: its two tables are two words.
+/// Widest high and middle chunks of a three-chunk split: their tables are two words each.
 const HIGH_BITS: u32 = 6;
 
+/// Widest high chunk of a two-chunk split: its tables (2,048 bits) are larger than a
+/// middle chunk's, but it opens three bits where a middle chunk opens five (the softmax's
+/// product, truncated by 17 bits, stays within its communication so).
+const WIDE_HIGH_BITS: u32 = 10;
+
 /// `len` elements of `⌊x / 2^s⌋` from `Z_{2^n}` into `Z_{2^out}`, every input below
-/// `2^{n−2}` in magnitude (as [`crate::shift::ArsSlack`]), for `s ≤ 19` (high and middle
-/// chunks of at most 6 bits).
+/// `2^{n−2}` in magnitude (as [`crate::shift::ArsSlack`]), for `s ≤ 19` (a high chunk of at
+/// most 10 bits, or high and middle chunks of at most 6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArsSlackTable {
     /// Input ring width `n`.
@@ -90,10 +97,10 @@ impl ArsSlackTable {
         self.shift.min(LOW_BITS)
     }
 
-    /// The middle chunk's width: 0 up to 13 bits, else half of what the low chunk leaves.
+    /// The middle chunk's width: 0 up to 17 bits, else half of what the low chunk leaves.
     fn mid_bits(&self) -> u32 {
         let rest = self.shift - self.low_bits();
-        if rest <= HIGH_BITS { 0 } else { rest / 2 }
+        if rest <= WIDE_HIGH_BITS { 0 } else { rest / 2 }
     }
 
     fn high_bits(&self) -> u32 {
@@ -154,18 +161,6 @@ impl ArsSlackTable {
         let (hb, mb, lb, tb) = (self.high_bits(), self.mid_bits(), self.low_bits(), self.table_bits());
         // The tables, packed: element i's at bits [i·tb, (i+1)·tb).
         let mut tables = vec![0u64; (self.len * tb).div_ceil(64)];
-        let mut put = |at: usize, width: usize, v: u128| {
-            for k in 0..width.div_ceil(64) {
-                let w = (v >> (64 * k)) as u64;
-                let (bit, len) = (at + 64 * k, (width - 64 * k).min(64));
-                let w = w & mask(len as u32);
-                tables[bit / 64] |= w << (bit % 64);
-                if bit % 64 + len > 64 {
-                    tables[bit / 64 + 1] |= w >> (64 - bit % 64);
-                }
-            }
-        };
-        let below = |k: u64| -> u128 { if k >= 128 { u128::MAX } else { (1u128 << k) - 1 } };
         for (i, &ri) in r.iter().enumerate() {
             let low = ri & mask(s);
             let (rh, rm, rl) = (low >> (mb + lb), (low >> lb) & mask(mb), low & mask(lb));
@@ -173,12 +168,14 @@ impl ArsSlackTable {
             for (w, rc) in [(hb, rh), (mb, rm)] {
                 if w > 0 {
                     let width = 1usize << w;
-                    put(at, width, below(rc));
-                    put(at + width, width, 1u128 << rc);
+                    // `1[v < r_c]`, then `1[v = r_c]`, for every value `v` of the chunk.
+                    fill_ones(&mut tables, at, rc as usize);
+                    let eq = at + width + rc as usize;
+                    tables[eq / 64] |= 1 << (eq % 64);
                     at += 2 * width;
                 }
             }
-            put(at, 1usize << lb, below(rl));
+            fill_ones(&mut tables, at, rl as usize);
         }
         let mut t0 = vec![0u64; tables.len()];
         split_draws(rng, &mut t0);
@@ -278,6 +275,17 @@ impl ArsSlackTable {
             three_chunk_outputs(self, own, xh, &opened, key)
         };
         ctx.open(&y, self.out_bits).await
+    }
+}
+
+/// Sets bits `at..at + count` of `v`.
+fn fill_ones(v: &mut [u64], at: usize, count: usize) {
+    let (mut bit, end) = (at, at + count);
+    while bit < end {
+        let (w, sh) = (bit / 64, bit % 64);
+        let take = (64 - sh).min(end - bit);
+        v[w] |= mask(take as u32) << sh;
+        bit += take;
     }
 }
 

@@ -78,7 +78,7 @@ pub const VERSION: u16 = 3;
 /// 23: FuseFSS truncations' first round opens each element's three masked bits as one
 /// 3-bit field (the same bytes, another order: no key changes). 24: FuseFSS softmax's
 /// product truncation (and any FuseFSS truncation by 14 to 19 bits) reads its carry from
-/// truth tables with a middle chunk (`gates::carry_table`).
+/// truth tables (`gates::carry_table`: a high chunk of up to 10 bits, or a middle chunk).
 pub const PROTOCOL_REVISION: u64 = 24;
 const KIND_INPUT: u8 = 1;
 const KIND_GATE: u8 = 2;
