@@ -5,24 +5,25 @@
 //! low `s` bits from a 1-bit DPF on `s` bits: at `s = 12` a root, five levels of correction
 //! words and a leaf, ~113 B per element. Here the `s` bits are cut into a high chunk of
 //! `H = s − L` bits and a low chunk of `L = min(s, 7)` bits, and
-//! `c = 1[x̂_h < r_h] + 1[x̂_h = r_h]·1[x̂_l < r_l]` (the two terms exclusive) comes from three
-//! truth tables the dealer XOR-shares: `1[v < r_h]` and `1[v = r_h]` over the `2^H` values of
-//! the high chunk, `1[v < r_l]` over the `2^L` of the low (192 bits at `s = 12`). A party
-//! reads its shares at the public chunks, and round 1 opens the three bits masked,
+//! `c = 1[x̂_h < r_h] + 1[x̂_h = r_h]·1[x̂_l < r_l]` (the two terms exclusive) comes from two
+//! truth tables the dealer XOR-shares: `1[v < r_h]` over the `2^H` values of the high chunk
+//! (its `1[v = r_h]` is `1[v − 1 < r_h] ⊕ 1[v < r_h]`, XOR-linear in the shares), `1[v < r_l]`
+//! over the `2^L` of the low (160 bits at `s = 12`). A party reads its shares at the public
+//! chunks, and round 1 opens the three bits masked,
 //! `â = a ⊕ z₁`, `ê = e ⊕ z₂`, `b̂ = b ⊕ z₃`. Then `c = a + e·b` is public times
 //! dealer-shared: `a` picks one of two words (as SIGMA's carry does), and
 //! `e·b = ê·b̂ + ê(1 − 2b̂)·z₃ + b̂(1 − 2ê)·z₂ + (1 − 2ê)(1 − 2b̂)·z₂z₃` takes three more words.
 //! Round 2 opens the output. Same two rounds and the same result as SIGMA's truncation, for
-//! the tables, three words and two bits more per element instead of the DPF: 52 against
+//! the tables, three words and two bits more per element instead of the DPF: 48 against
 //! 127 B per element at `n = 37` (unseeded), and no AES.
 //!
 //! The high chunk takes up to 10 bits (the softmax's product, truncated by `scale + 5 =
-//! 17`: tables of 2,176 bits, no AES, the same three opened bits). Past 17 bits a middle
+//! 17`: tables of 1,152 bits, no AES, the same three opened bits). Past 17 bits a middle
 //! chunk of `M` bits sits between them (`H, M ≤ 6`): `c = a + e·a' + e·e'·b`, with
 //! `a' = 1[x̂_m < r_m]` and `e' = 1[x̂_m = r_m]` read from two more tables. Round 1 opens
 //! five masked bits; the two products of opened bits take nine words (`z₂, z₃, z₄, z₅`
 //! and the products `z₂z₃, z₂z₄, z₂z₅, z₄z₅, z₂z₄z₅`), still two rounds and no AES (at
-//! `s = 17` that would be 256 table bits, but two more opened bits per element than the
+//! `s = 17` that would be 192 table bits, but two more opened bits per element than the
 //! wide high chunk: the softmax's communication).
 
 use fss::codec::{BitReader, BitWriter};
@@ -45,7 +46,7 @@ const LOW_BITS: u32 = 7;
 /// Widest high and middle chunks of a three-chunk split: their tables are two words each.
 const HIGH_BITS: u32 = 6;
 
-/// Widest high chunk of a two-chunk split: its tables (2,048 bits) are larger than a
+/// Widest high chunk of a two-chunk split: its table (1,024 bits) is larger than a
 /// middle chunk's, but it opens three bits where a middle chunk opens five (the softmax's
 /// product, truncated by 17 bits, stays within its communication so).
 const WIDE_HIGH_BITS: u32 = 10;
@@ -112,11 +113,12 @@ impl ArsSlackTable {
         if self.mid_bits() > 0 { 5 } else { 3 }
     }
 
-    /// Table bits per element: `1[v < r_h]`, `1[v = r_h]` (when there is a high chunk),
-    /// `1[v < r_m]`, `1[v = r_m]` (when there is a middle one), then `1[v < r_l]`.
+    /// Table bits per element: `1[v < r_h]` (when there is a high chunk), `1[v < r_m]` (when
+    /// there is a middle one), then `1[v < r_l]`. (`1[v = r_c]` is `1[v − 1 < r_c] ⊕
+    /// 1[v < r_c]`, or `1 ⊕ 1[0 < r_c]` at `v = 0`: read from the same table.)
     fn table_bits(&self) -> usize {
-        let pair = |w: u32| if w > 0 { 2usize << w } else { 0 };
-        pair(self.high_bits()) + pair(self.mid_bits()) + (1usize << self.low_bits())
+        let one = |w: u32| if w > 0 { 1usize << w } else { 0 };
+        one(self.high_bits()) + one(self.mid_bits()) + (1usize << self.low_bits())
     }
 
     fn input_width(&self) -> u32 {
@@ -167,12 +169,9 @@ impl ArsSlackTable {
             let mut at = i * tb;
             for (w, rc) in [(hb, rh), (mb, rm)] {
                 if w > 0 {
-                    let width = 1usize << w;
-                    // `1[v < r_c]`, then `1[v = r_c]`, for every value `v` of the chunk.
+                    // `1[v < r_c]` for every value `v` of the chunk.
                     fill_ones(&mut tables, at, rc as usize);
-                    let eq = at + width + rc as usize;
-                    tables[eq / 64] |= 1 << (eq % 64);
-                    at += 2 * width;
+                    at += 1usize << w;
                 }
             }
             fill_ones(&mut tables, at, rl as usize);
@@ -235,9 +234,16 @@ impl ArsSlackTable {
         // as bits 0, 1 and 2 of one word: one 3-bit field per element on the wire; with a
         // middle chunk `a, e, a', e', b` as a 5-bit field.
         // Where each table starts in an element's bits (a missing chunk's tables take none).
-        let pair = |w: u32| if w > 0 { 2usize << w } else { 0 };
-        let (at_e, at_m) = (if hb > 0 { 1usize << hb } else { 0 }, pair(hb));
-        let (at_e2, at_b) = (at_m + if mb > 0 { 1usize << mb } else { 0 }, at_m + pair(mb));
+        let one = |w: u32| if w > 0 { 1usize << w } else { 0 };
+        let (at_m, at_b) = (one(hb), one(hb) + one(mb));
+        // Party 0's constant in `1[0 = r_c] = 1 ⊕ 1[0 < r_c]`.
+        let own_bit = u64::from(key.party == Party::P0);
+        // A chunk's `(1[v < r_c], 1[v = r_c])` from its table at `t`.
+        let lt_eq = |t: usize, v: usize| -> (u64, u64) {
+            let a = read(t + v);
+            let before = if v > 0 { read(t + v - 1) } else { own_bit };
+            (a, a ^ before)
+        };
         let bits: Vec<u64> = xh
             .iter()
             .zip(key.z.chunks_exact(nz))
@@ -252,11 +258,11 @@ impl ArsSlackTable {
                 let at = i * tb;
                 let b = read(at + at_b + l);
                 let field = if mb > 0 {
-                    let (a, e) = (read(at + h), read(at + at_e + h));
-                    let (a2, e2) = (read(at + at_m + mid), read(at + at_e2 + mid));
+                    let (a, e) = lt_eq(at, h);
+                    let (a2, e2) = lt_eq(at + at_m, mid);
                     a | e << 1 | a2 << 2 | e2 << 3 | b << 4
                 } else if hb > 0 {
-                    let (a, e) = (read(at + h), read(at + at_e + h));
+                    let (a, e) = lt_eq(at, h);
                     a | e << 1 | b << 2
                 } else {
                     // Without a high chunk the carry is `b` alone: it stands in `a`'s place.
