@@ -78,7 +78,9 @@ pub const VERSION: u16 = 3;
 /// 23: FuseFSS truncations' first round opens each element's three masked bits as one
 /// 3-bit field (the same bytes, another order: no key changes). 24: FuseFSS softmax's
 /// product truncation (and any FuseFSS truncation by 14 to 19 bits) reads its carry from
-/// truth tables (`gates::carry_table`: a high chunk of up to 10 bits, or a middle chunk).
+/// truth tables (`gates::carry_table`: a high chunk of up to 10 bits, or a middle chunk),
+/// and every table carry reads a chunk's equality from its comparison table (no table of
+/// its own).
 pub const PROTOCOL_REVISION: u64 = 24;
 const KIND_INPUT: u8 = 1;
 const KIND_GATE: u8 = 2;
