@@ -344,8 +344,8 @@ fn three_chunk_outputs(
         .collect()
 }
 
-/// The second round's shares of [`ArsSlackTable::run`] without a middle chunk: as the
-/// general map, over zipped slices (no indexing, so that it vectorises).
+/// The second round's shares of [`ArsSlackTable::run`] without a middle chunk: `c = a + e·b`
+/// from the opened `â, ê, b̂`, over zipped slices (no indexing, so that it vectorises).
 fn two_chunk_outputs(
     g: &ArsSlackTable,
     own: u64,
