@@ -293,7 +293,7 @@ pub fn build(g: &Graph, imp: Impl) -> Result<Vec<Option<Box<dyn DynGate>>>, Spec
                 let out_bits = reads[i + 1].max(n - shift);
                 Some(Box::new(Erased(ArsSlackDcf { bits: n, shift: *shift, out_bits, len })))
             }
-            // FuseFSS reads the carry of a shift of up to 13 bits from truth tables
+            // FuseFSS reads the carry of a shift of up to 19 bits from truth tables
             // (`gates::carry_table`: no DPF, well under half the key).
             Op::Trunc { shift, .. } if imp == Impl::Fusefss && ArsSlackTable::supports(*shift) => {
                 let out_bits = reads[i + 1].max(n - shift);

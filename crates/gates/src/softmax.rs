@@ -60,7 +60,7 @@ pub struct Softmax<E = SigmaNExp, Q = SigmaReciprocal> {
     /// product is truncated by `scale + exp_extra`.
     pub exp_extra: u32,
     /// The product's truncation reads its carry from truth tables ([`ArsSlackTable`],
-    /// FuseFSS: a shift of at most 13 bits) instead of a DPF ([`ArsSlack`], SIGMA).
+    /// FuseFSS: a shift of at most 19 bits) instead of a DPF ([`ArsSlack`], SIGMA).
     pub table_carry: bool,
 }
 
