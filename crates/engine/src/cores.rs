@@ -1,7 +1,7 @@
 //! Where the threads of an in-process run go: the two servers of [`crate::run::run_pair`]
 //! share one machine, so each is pinned to a core of its own (as two machines would give
-//! them), and a bundle reader that feeds a server runs on that server's core at a lower
-//! priority, in the server's waits.
+//! them), and a bundle reader that feeds a server runs on that server's core at the lowest
+//! priority ([`idle_this_thread`]), in the server's waits.
 //!
 //! Without pinning, the scheduler woke a server that had slept through a simulated round
 //! trip on the core its peer was computing on, and both shared it until it balanced them
@@ -10,8 +10,9 @@
 
 use fss::Party;
 
-/// How much nicer than a server a bundle reader runs ([`lower_this_thread`]): it takes a
-/// core the server is computing on about a tenth of the time.
+/// How much nicer than a server a bundle reader runs where it is not in the idle class
+/// ([`lower_this_thread`]): it takes a core the server is computing on about a tenth of
+/// the time.
 pub const READER_NICE: i32 = 10;
 
 /// The core of party `party`'s server in an in-process run: the first or the second of the
@@ -42,6 +43,33 @@ pub fn pin_this_thread(cpu: usize) -> bool {
     #[cfg(not(target_os = "linux"))]
     {
         let _ = cpu;
+        false
+    }
+}
+
+/// Puts the calling thread in Linux's idle class (`SCHED_IDLE`): it runs when its core has
+/// nothing else to run and gives the core back at once when a thread of the normal class
+/// wakes up; `false` if the system refused (or elsewhere than Linux).
+///
+/// For a bundle reader pinned beside its server ([`for_party`]): at [`READER_NICE`] it
+/// still took about a tenth of the core while the server computed, and under `--net lan`
+/// the server's computation between round trips stretched by that much (`fusefss bench
+/// model --net lan`, bert-tiny, four alternated sets of three runs: FuseFSS 122.5 → 117.9 ms,
+/// SIGMA 203.2 → 198.2; in process unchanged, 87–88 and 123–125 ms; docs/benchmarks.md).
+/// Not for a thread that may share its core with busy threads of other processes: one in
+/// this class then gets almost none of it (the streaming dealer, `fusefss generate`, keeps
+/// a nice value for that reason).
+#[allow(unsafe_code)]
+pub fn idle_this_thread() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `sched_setscheduler` reads the parameter block only; pid 0 is the calling
+        // thread.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) == 0 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
         false
     }
 }
@@ -109,6 +137,23 @@ mod tests {
             other => panic!("one party has a core and the other none: {other:?}"),
         }
         assert!(std::thread::spawn(|| lower_this_thread(READER_NICE)).join().unwrap());
+        // The idle class is allowed too, and a thread in it stays there.
+        let idle = std::thread::spawn(|| (idle_this_thread(), policy())).join().unwrap();
+        #[cfg(target_os = "linux")]
+        assert_eq!(idle, (true, libc::SCHED_IDLE));
+    }
+
+    #[allow(unsafe_code)]
+    fn policy() -> i32 {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: pid 0 is the calling thread; no pointer is passed.
+            unsafe { libc::sched_getscheduler(0) }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            -1
+        }
     }
 
     #[allow(unsafe_code)]

@@ -958,8 +958,9 @@ impl BundleReader {
 
     /// Its reading thread (started next, by [`BundleReader::read_ahead`] or
     /// [`BundleReader::decode_ahead`]) runs on core `cpu`: its server's, when both servers
-    /// share the machine ([`engine::cores::for_party`]). Wherever it runs, it runs
-    /// [`engine::cores::READER_NICE`] steps nicer than the server.
+    /// share the machine ([`engine::cores::for_party`]), and there in the idle class
+    /// ([`engine::cores::idle_this_thread`]). Unpinned, or where the system refuses the
+    /// idle class, it runs [`engine::cores::READER_NICE`] steps nicer than the server.
     pub fn beside(&mut self, cpu: Option<usize>) {
         self.core = cpu;
     }
@@ -1001,9 +1002,13 @@ impl BundleReader {
         std::thread::Builder::new()
             .name("bundle-reader".into())
             .spawn(move || {
-                // In the server's waits rather than its computation (on its core if it has
-                // one: `engine::cores`).
-                engine::cores::lower_this_thread(engine::cores::READER_NICE);
+                // In the server's waits rather than its computation: on its core if it has
+                // one, in the idle class there (nothing else runs on that core:
+                // `engine::cores`), else nicer than the server.
+                let idle = core.is_some() && engine::cores::idle_this_thread();
+                if !idle {
+                    engine::cores::lower_this_thread(engine::cores::READER_NICE);
+                }
                 if let Some(cpu) = core {
                     engine::cores::pin_this_thread(cpu);
                 }
