@@ -137,10 +137,13 @@ mod tests {
             other => panic!("one party has a core and the other none: {other:?}"),
         }
         assert!(std::thread::spawn(|| lower_this_thread(READER_NICE)).join().unwrap());
-        // The idle class is allowed too, and a thread in it stays there.
-        let idle = std::thread::spawn(|| (idle_this_thread(), policy())).join().unwrap();
+        // A thread the system lets into the idle class is in it (where it is refused, a
+        // reader keeps its nice value: nothing to check).
+        let (idle, now) = std::thread::spawn(|| (idle_this_thread(), policy())).join().unwrap();
         #[cfg(target_os = "linux")]
-        assert_eq!(idle, (true, libc::SCHED_IDLE));
+        assert!(!idle || now == libc::SCHED_IDLE, "idle class reported but policy {now}");
+        #[cfg(not(target_os = "linux"))]
+        assert!(!idle && now == -1);
     }
 
     #[allow(unsafe_code)]
