@@ -418,7 +418,21 @@ pub fn norm(
         let spec = library::rsqrt_grid_out(bits, bits, scale, d, m, floor, extra);
         Compiled::with_options(&spec, rsqrt_options(bits, scale, d, m))
     })?;
+    let product = if normalize { norm_product_bits(bits, scale, cols, extra) } else { bits };
     Norm::with(bits, scale, rows, cols, normalize, gamma, beta, mean, rsqrt)
         .and_then(|n| n.with_rsqrt_extra(extra).with_centred_sum_sq(normalize).with_deferred_gain(normalize))
+        .and_then(|n| n.with_product_bits(product))
         .map_err(|e| SpecError::Width(e.to_string()))
+}
+
+/// The ring LayerNorm's product `x_j·(1/σ)` (scale `2s + e`) is opened in: `2s + e + 3 +
+/// ⌈⌈log2(2·cols)⌉ / 2⌉` bits, at most `bits` (31 of 37 for bert-tiny's rows of 128, 32 for
+/// MiniLM's 384). Its `1/σ` grid ([`library::rsqrt_grid_out`]) keeps `√v·(1/σ)` within
+/// `√2·2^{2s+e}·√cols` plus half an ulp on every cell, and `|x_j| ≤ √v` for a row's sum of
+/// squares `v`: `|x_j·(1/σ)| < 1.5·√cols·2^{2s+e} < 2^{k−2}`, the slack the deferred gain
+/// lifts it back with (`tests/library.rs` checks the bound cell by cell). Six bits fewer
+/// per element at bert-tiny's widths than opening it in `Z_{2^n}`.
+pub fn norm_product_bits(bits: u32, scale: u32, cols: usize, extra: u32) -> u32 {
+    let log2 = 64 - (2 * cols.max(1) as u64 - 1).leading_zeros();
+    (2 * scale + extra + 3 + log2.div_ceil(2)).min(bits)
 }

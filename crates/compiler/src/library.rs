@@ -739,8 +739,12 @@ pub fn rsqrt_grid_out(n: u32, l: u32, f: u32, d: u64, m: u32, floor: u32, extra:
             return round_half_up(g(1.0));
         }
         let i = starts.partition_point(|&t| t <= s) - 1;
-        // `v = 0` reads as `v = 1`.
-        let (a, b) = (starts[i].max(1) as f64, (ends[i] - 1).max(1) as f64);
+        // A cell reads the mean of its ends' values; the first row (`v` below the floor:
+        // `σ < 2^{−6}`, or `v = 0`) reads its top's, so that `√v·g` stays below `√2·g(1)`
+        // on every cell, `|x_j|/σ` below `√(2d)` (a row's `x_j² ≤ v`): the bound
+        // `composite::norm` opens LayerNorm's product within.
+        let b = (ends[i] - 1).max(1) as f64;
+        let a = if i == 0 { b } else { starts[i].max(1) as f64 };
         round_half_up((g(a) + g(b)) / 2.0)
     };
     let (b, p) =
@@ -903,9 +907,10 @@ mod tests {
         for v in [1u64 << 12, (1 << 12) + 77, 3 << 24, (1 << 35) + 12345, (1 << 36) - 1] {
             assert_eq!(w.eval(v).arith, q.eval(v).arith, "v = {v}");
         }
-        // Row 0 holds the minimax constant of v in [1, 31] (v = 0 reads as 1).
+        // Row 0 (v in [0, 31]) reads its top's value, so that `√v·g` stays bounded there.
         let g = |v: f64| (1u64 << 24) as f64 / v.sqrt();
-        assert_eq!(w.eval(0).arith[0] as i64, round_half_up((g(1.0) + g(31.0)) / 2.0));
+        assert_eq!(w.eval(0).arith[0] as i64, round_half_up(g(31.0)));
+        assert_eq!(w.eval(31).arith[0], w.eval(0).arith[0]);
     }
 
     #[test]

@@ -413,3 +413,44 @@ fn joined_rows_read_no_carry_term() {
         exhaustive(spec, split, 3);
     }
 }
+
+/// The models' LayerNorm (`composite::norm`) opens its product `x·(1/σ)` in `Z_{2^k}`,
+/// `k < n` from the `1/σ` grid's bound: it equals its reference under edge masks on
+/// ordinary rows, a constant row (`v = 0`), a row with one channel alone (`|x_j|/σ` at its
+/// largest, about `√cols`), rows below and at the grid's floor and random rows.
+#[test]
+fn layer_norm_opens_its_product_in_a_narrow_ring() {
+    use compiler::composite::{norm, norm_product_bits};
+    use fss::ring::Ring;
+    use gates::harness::run_with_masks;
+    let mut r = rng(77);
+    let f = 12;
+    for (n, cols) in [(37u32, 128usize), (50, 48), (37, 8)] {
+        let ring = Ring::new(n).unwrap();
+        let gamma: Arc<[u64]> =
+            (0..cols).map(|j| ring.from_signed(4096 + (j as i64 % 7) * 300 - 900)).collect();
+        let beta: Arc<[u64]> = (0..cols).map(|j| ring.from_signed(((j as i64 % 5) - 2) << 20)).collect();
+        let mut rows: Vec<Vec<i64>> = vec![
+            (0..cols).map(|j| ((j * 37 % 41) as i64 - 20) * 300).collect(),
+            vec![5000; cols],
+            (0..cols).map(|j| if j == cols / 3 { 40_000 } else { -3 }).collect(),
+            (0..cols).map(|j| 6 + (j % 2) as i64).collect(),
+            (0..cols).map(|j| (j as i64 % 3) * 20 - 20).collect(),
+        ];
+        for _ in 0..3 {
+            rows.push((0..cols).map(|_| (r.next_u64() % 40_000) as i64 - 20_000).collect());
+        }
+        let x: Vec<u64> = rows.iter().flatten().map(|&v| ring.from_signed(v)).collect();
+        let g = norm(n, f, rows.len(), cols, true, gamma, beta).unwrap();
+        let k = norm_product_bits(n, f, cols, 0);
+        assert!(k < n && g.product_bits == k, "n {n} cols {cols}: k {k}");
+        for (round, &m) in common::edge_masks(n, &mut r).iter().enumerate() {
+            let masks: Vec<u64> = (0..x.len()).map(|i| ring.add(m, (i * round) as u64)).collect();
+            let out: Vec<u64> = (0..x.len()).map(|_| r.next_u64() & ring.mask()).collect();
+            let rep = run_with_masks(&g, &[&x], &[&masks], &out, &mut r).unwrap();
+            if let Some((i, got, want)) = rep.first_mismatch() {
+                panic!("n {n} cols {cols} mask {m:#x}: element {i}: secure {got:#x} != reference {want:#x}");
+            }
+        }
+    }
+}

@@ -256,17 +256,13 @@ impl ArsSlackTable {
                     (low & mask(lb)) as usize,
                 );
                 let at = i * tb;
-                let b = read(at + at_b + l);
                 let field = if mb > 0 {
+                    let b = read(at + at_b + l);
                     let (a, e) = lt_eq(at, h);
                     let (a2, e2) = lt_eq(at + at_m, mid);
                     a | e << 1 | a2 << 2 | e2 << 3 | b << 4
-                } else if hb > 0 {
-                    let (a, e) = lt_eq(at, h);
-                    a | e << 1 | b << 2
                 } else {
-                    // Without a high chunk the carry is `b` alone: it stands in `a`'s place.
-                    b
+                    TwoChunk::new(s).field(&key.tables, at, low, own)
                 };
                 let z = zi.iter().enumerate().fold(0u64, |acc, (j, &zj)| acc | (zj as u64) << j);
                 field ^ z
@@ -280,6 +276,79 @@ impl ArsSlackTable {
             three_chunk_outputs(self, own, xh, &opened, key)
         };
         ctx.open(&y, self.out_bits).await
+    }
+}
+
+/// A party's share of `e·b` for two opened bits `ê = e ⊕ z₂`, `b̂ = b ⊕ z₃`, from its
+/// shares of `z₂`, `z₃` and `z₂z₃`: `ê·b̂ + ê(1 − 2b̂)·z₃ + b̂(1 − 2ê)·z₂ + (1 − 2ê)(1 − 2b̂)·z₂z₃`
+/// (`own` is party 0's constant term).
+#[inline(always)]
+pub(crate) fn opened_product(own: u64, e: u64, b: u64, [z2, z3, z23]: [u64; 3]) -> u64 {
+    let (se, sb) = (1u64.wrapping_sub(2 * e), 1u64.wrapping_sub(2 * b));
+    (own * e * b)
+        .wrapping_add((e * sb).wrapping_mul(z3))
+        .wrapping_add((b * se).wrapping_mul(z2))
+        .wrapping_add(se.wrapping_mul(sb).wrapping_mul(z23))
+}
+
+/// The carry `1[v < α]` of `s ≤ 17` bits from two truth tables, as [`ArsSlackTable`] reads
+/// it without a middle chunk: a high chunk of `s − L` bits and a low one of `L = min(s, 7)`,
+/// `c = a + e·b` with `a = 1[v_h < α_h]`, `e = 1[v_h = α_h]`, `b = 1[v_l < α_l]` (`c = b`
+/// without a high chunk).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TwoChunk {
+    high: u32,
+    low: u32,
+}
+
+impl TwoChunk {
+    /// Whether `s` bits fit two chunks.
+    pub(crate) fn supports(s: u32) -> bool {
+        (1..=LOW_BITS + WIDE_HIGH_BITS).contains(&s)
+    }
+
+    /// The chunks of `s` bits (`TwoChunk::supports(s)`).
+    pub(crate) fn new(s: u32) -> TwoChunk {
+        let low = s.min(LOW_BITS);
+        TwoChunk { high: s - low, low }
+    }
+
+    fn high_table(self) -> usize {
+        if self.high > 0 { 1 << self.high } else { 0 }
+    }
+
+    /// Table bits per threshold: `1[v < α_h]` over the high chunk, then `1[v < α_l]`.
+    pub(crate) fn table_bits(self) -> usize {
+        self.high_table() + (1 << self.low)
+    }
+
+    /// Opened bits per carry: `a, e, b`, or `b` alone without a high chunk.
+    pub(crate) fn opened_bits(self) -> usize {
+        if self.high > 0 { 3 } else { 1 }
+    }
+
+    /// Write the tables of the threshold `alpha` at bit `at` of `tables` (bits clear).
+    pub(crate) fn fill(self, tables: &mut [u64], at: usize, alpha: u64) {
+        if self.high > 0 {
+            fill_ones(tables, at, (alpha >> self.low) as usize);
+        }
+        fill_ones(tables, at + self.high_table(), (alpha & mask(self.low)) as usize);
+    }
+
+    /// A party's shares of `a | e << 1 | b << 2` (of `b` without a high chunk) at the value
+    /// `v` from the tables at bit `at` (`1[v = α_h]` is `1[v − 1 < α_h] ⊕ 1[v < α_h]`, with
+    /// party 0's constant `own` for `1[−1 < α_h]`).
+    #[inline(always)]
+    pub(crate) fn field(self, tables: &[u64], at: usize, v: u64, own: u64) -> u64 {
+        let read = |bit: usize| (tables[bit / 64] >> (bit % 64)) & 1;
+        let (h, l) = ((v >> self.low) as usize, (v & mask(self.low)) as usize);
+        let b = read(at + self.high_table() + l);
+        if self.high == 0 {
+            return b;
+        }
+        let a = read(at + h);
+        let before = if h > 0 { read(at + h - 1) } else { own };
+        a | (a ^ before) << 1 | b << 2
     }
 }
 
@@ -368,12 +437,7 @@ fn two_chunk_outputs(
             let (a, e, b) = (o & 1, (o >> 1) & 1, (o >> 2) & 1);
             let public = (x >> s).wrapping_sub(lifted_top);
             let not_msb = 1 - (x >> (n - 1));
-            // e·b = ê·b̂ + ê(1 − 2b̂)·z₃ + b̂(1 − 2ê)·z₂ + (1 − 2ê)(1 − 2b̂)·z₂z₃.
-            let (se, sb) = (1u64.wrapping_sub(2 * e), 1u64.wrapping_sub(2 * b));
-            let eb = (own * e * b)
-                .wrapping_add((e * sb).wrapping_mul(z3))
-                .wrapping_add((b * se).wrapping_mul(z2))
-                .wrapping_add(se.wrapping_mul(sb).wrapping_mul(z23));
+            let eb = opened_product(own, e, b, [z2, z3, z23]);
             // (A select of the word `â` picks, without a branch.)
             let corr = a0 ^ ((a0 ^ a1) & a.wrapping_neg());
             (own * public).wrapping_add(corr).wrapping_sub(eb).wrapping_add(not_msb * w) & m

@@ -197,6 +197,9 @@ pub struct Norm<M = SigmaShift, Q = SigmaRsqrt> {
     /// Open the mean and the centred rows' sums of squares in one round ([`CentredSumSq`],
     /// FuseFSS LayerNorm; SIGMA: false; RMSNorm has no mean).
     pub centred_sum_sq: bool,
+    /// Ring of the product `x·(1/σ)` as it is opened: `bits`, or fewer where the reciprocal
+    /// square root bounds it ([`Norm::with_product_bits`]).
+    pub product_bits: u32,
 }
 
 /// A party's [`Norm`] key (its parts zeroize themselves).
@@ -377,6 +380,7 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
             rsqrt_extra: 0,
             defer_gain: false,
             centred_sum_sq: false,
+            product_bits: bits,
         };
         n.check()?;
         Ok(n)
@@ -421,7 +425,29 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
         Ok(n)
     }
 
+    /// The same with the product `x·(1/σ)` opened in `Z_{2^k}` (FuseFSS): the deferred gain
+    /// reads it there and lifts it back, exact as long as `|x·(1/σ)| < 2^{k−2}`. The
+    /// caller vouches for that bound (a compiled `1/σ` grid keeps `|x_j|·(1/σ)` below
+    /// `√(2·cols)·2^{2s+e}` for every row: `composite::norm`); `k` = `bits` is the default.
+    ///
+    /// # Errors
+    /// [`GateError::Params`] without the deferred gain or for widths it does not hold at.
+    pub fn with_product_bits(self, k: u32) -> Result<Norm<M, Q>, GateError> {
+        if k != self.bits && !self.defer_gain {
+            return Err(GateError::Params("a narrow product needs the deferred gain".into()));
+        }
+        let n = Norm { product_bits: k, ..self };
+        n.check()?;
+        Ok(n)
+    }
+
     fn check(&self) -> Result<(), GateError> {
+        if self.product_bits > self.bits || (self.product_bits != self.bits && !self.defer_gain) {
+            return Err(GateError::Params(format!(
+                "norm product on {} of {} bits",
+                self.product_bits, self.bits
+            )));
+        }
         check_len("gamma", self.cols, self.gamma.len())?;
         check_len("beta", self.cols, self.beta.len())?;
         if self.cols == 0 || self.bits < 2 * self.scale + 4 {
@@ -455,7 +481,7 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
     }
 
     fn mul(&self) -> Mul {
-        Mul { bits: self.bits, len: self.rows * self.cols }
+        Mul { bits: self.product_bits, len: self.rows * self.cols }
     }
 
     /// Both truncations around the gain, the first's carry deferred.
@@ -463,6 +489,7 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
         let beta = if self.normalize { self.beta.clone() } else { vec![0; self.cols].into() };
         DeferredGain {
             bits: self.bits,
+            in_bits: self.product_bits,
             s1: self.scale + self.rsqrt_extra,
             s2: self.scale,
             len: self.rows * self.cols,
@@ -568,7 +595,7 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
         let (b, rows) = (self.bits, self.rows);
         let rrho = random_words(rng, rows, b);
         let (q0, q1) = self.rsqrt_gate()?.keygen(&[rv], &rrho, rng)?;
-        let rz = random_words(rng, rows * self.cols, b);
+        let rz = random_words(rng, rows * self.cols, self.product_bits);
         let (p0, p1) = self.mul().keygen(&[rt, &self.broadcast(&rrho)], &rz, rng)?;
         let (g0, g1) = if self.defer_gain {
             let (g0, g1) = self.gain().deal(&rz, rout, rng)?;

@@ -50,15 +50,6 @@ impl MaskedBitKey {
         ctx.open(&shares, 1).await
     }
 
-    /// Open `ĉ_j = 1{y_j < α_{k_j}} ⊕ z_{k_j}`: point `k_j` of the key's batch at `y_j` (one
-    /// round; the key holds candidates, the public `k` picks one per element).
-    pub async fn open_indexed(&self, ctx: &Ctx, y: &[u64], k: &[u32]) -> Result<Vec<u64>, GateError> {
-        let mut lt = vec![CmpShares::default(); y.len()];
-        self.cmp.eval_indexed(k, y, &mut lt)?;
-        let shares: Vec<u64> = lt.iter().zip(k).map(|(s, &k)| (s.lt.0 ^ self.z[k as usize]) as u64).collect();
-        ctx.open(&shares, 1).await
-    }
-
     pub fn read(cmp_bits: u32, party: Party, len: usize, r: &mut BitReader<'_>) -> Result<Self, DecodeError> {
         let params =
             BitDpfParams::new(cmp_bits).map_err(|_| DecodeError::InvalidField("comparison width"))?;
