@@ -4,22 +4,24 @@
 //!
 //! Separately ([`crate::shift::ArsSlack`] twice), the first truncation opens its masked
 //! carry bit, then its re-masked output, and the second does the same: four rounds. Here
-//! the first truncation's output is never re-masked. Round 1 opens `ĉ₁ = c₁ ⊕ z₁`; then
-//! `u = U − K` with `U = pub₁ − ĉ₁` public and `K = ⌊r/2^{s1}⌋ + z₁ − 2ĉ₁z₁ − μ₁·msb(r)·2^{k−s1}`
-//! (`μ₁` the slack identity's public bit), so the affine value is `Â − M` with
-//! `Â = γ·U + β` public and `M = γ·K`: one of four masks the dealer knows, picked by the
-//! public `(ĉ₁, μ₁)`. The second truncation's carry compares `M`'s low `s2` bits, which
-//! `μ₁` does not change when `k − s1 ≥ s2` (the `μ₁` term is a multiple of `2^{k−s1}`, `k`
-//! the input's ring, `n` the output's: the input may be narrower, as a normalisation's
-//! bounded product is):
-//! the dealer writes that carry's truth tables ([`crate::carry_table`]: `c₂ = a + e·b` from
-//! a high and a low chunk) for each `ĉ₁`, and the parties read the ones `ĉ₁` picks and open
-//! `a, e, b` masked (round 2; the masks are the same for both candidates, as only one is
-//! ever opened). Its correction words are dealt for all four masks. Round 3 opens the
-//! re-masked output. One round and one `n`-bit opening per element fewer than separately,
-//! for two more opened bits per element than a 1-bit DPF carry would open: at `s2 = 12` the
-//! two candidates' tables are 320 bits, where two candidate DPFs were ~226 B of key and
-//! twice the memory traffic of one (`bench ops --ops layernorm`, CHANGELOG).
+//! the first truncation's output is never re-masked, and both carries open in one round.
+//! With `ĉ₁ = c₁ ⊕ z₁`, `u = U − K` where `U = pub₁ − ĉ₁` is public and
+//! `K = ⌊r/2^{s1}⌋ + z₁ − 2ĉ₁z₁ − μ₁·msb(r)·2^{k−s1}` (`μ₁` the slack identity's public bit,
+//! `k` the input's ring, `n` the output's: the input may be narrower, as a normalisation's
+//! bounded product is), so the affine value is `Â − M` with `Â = γ·U + β` public once `ĉ₁`
+//! is and `M = γ·K`: one of four masks the dealer knows, picked by the public `(ĉ₁, μ₁)`.
+//! The second truncation's carry compares `M`'s low `s2` bits, which `μ₁` does not change
+//! when `k − s1 ≥ s2` (the `μ₁` term is a multiple of `2^{k−s1}`). The dealer writes that
+//! carry's truth tables ([`crate::carry_table`]: `c₂ = a + e·b` from a high and a low
+//! chunk) for each value of `ĉ₁`, and the parties, before `ĉ₁` is known, read both at the
+//! `Â` of either value: round 1 opens `ĉ₁` and both sets of `a, e, b`, each masked with its
+//! own bits (the set of the other value tells nothing). Round 2 opens the re-masked output
+//! from the set `ĉ₁` picks; its correction words are dealt for all four masks.
+//!
+//! Two rounds and one `n`-bit opening per element fewer than separately, for six opened
+//! bits more. At `s2 = 12` the two tables are 320 bits, where two candidate 12-bit DPFs
+//! (the deferral as it was, read one of two after `ĉ₁`) were ~226 B of key and twice the
+//! memory traffic of one (CHANGELOG, twenty-eighth session).
 
 use std::sync::Arc;
 
@@ -77,16 +79,17 @@ pub struct DeferredGainKey {
     /// XOR shares of the second carry's tables for `ĉ₁ = 0, 1`: element `i`'s for `ĉ₁` at
     /// bits `(2i + ĉ₁)·T` (`T` the tables' bits per threshold).
     tables: Vec<u64>,
-    /// XOR shares of the masks of the second carry's opened bits (`a, e, b`, or `b` alone),
-    /// one set per element.
+    /// XOR shares of the masks of the second carry's opened bits (`a, e, b`, or `b` alone)
+    /// for `ĉ₁ = 0, 1`: element `i`'s for `ĉ₁` at set `2i + ĉ₁`.
     z: Vec<bool>,
     /// Shares of `r_out − ⌊M/2^{s2}⌋ − z_a` for the mask `M` of `(ĉ₁, μ₁)`, at `2ĉ₁ + μ₁`
-    /// (`z_a` the mask of the opened `a`).
+    /// (`z_a` the mask of `ĉ₁`'s opened `a`).
     offset: [Vec<u64>; 4],
-    /// Shares of `1 − 2z_a`.
-    flip: Vec<u64>,
-    /// Shares of `z_e`, `z_b` and `z_e·z_b` (empty without a high chunk).
-    ez: [Vec<u64>; 3],
+    /// Shares of `1 − 2z_a` for `ĉ₁ = 0, 1`.
+    flip: [Vec<u64>; 2],
+    /// Shares of `z_e`, `z_b` and `z_e·z_b` for `ĉ₁ = 0, 1`, at `3ĉ₁ + j` (empty without a
+    /// high chunk).
+    ez: [Vec<u64>; 6],
     /// Shares of `msb(M)`, `s2` bits (the parties use them times `2^{n−s2}`), at `2ĉ₁ + μ₁`.
     wrap: [Vec<u64>; 4],
 }
@@ -197,41 +200,47 @@ impl DeferredGain {
         split_draws(rng, &mut t0);
         let t1: Vec<u64> = tables.iter().zip(&t0).map(|(&t, &a)| t ^ a).collect();
         tables.zeroize();
-        // The opened bits' masks, `z_a` first (`z_a, z_e, z_b`, or `z_a` alone).
-        let mut z = random_bits(rng, nz * len);
+        // The opened bits' masks for each `ĉ₁` (both are opened), `z_a` first (`z_a, z_e,
+        // z_b`, or `z_a` alone).
+        let mut z = random_bits(rng, 2 * nz * len);
         let (zs0, zs1) = share_bits(rng, &z);
-        let za = |i: usize| z[nz * i] as u64;
+        let za = |i: usize, c: usize| z[(2 * i + c) * nz] as u64;
         let mut offset: [Vec<u64>; 4] = std::array::from_fn(|k| {
-            (0..len).map(|i| rout[i].wrapping_sub(masks[i][k] >> s2).wrapping_sub(za(i)) & m).collect()
+            (0..len).map(|i| rout[i].wrapping_sub(masks[i][k] >> s2).wrapping_sub(za(i, k / 2)) & m).collect()
         });
-        let mut flip: Vec<u64> = (0..len).map(|i| 1u64.wrapping_sub(2 * za(i)) & m).collect();
-        let mut ez: [Vec<u64>; 3] = Default::default();
+        let mut flip: [Vec<u64>; 2] =
+            std::array::from_fn(|c| (0..len).map(|i| 1u64.wrapping_sub(2 * za(i, c)) & m).collect());
+        let mut ez: [Vec<u64>; 6] = Default::default();
         if nz == 3 {
-            ez = [
-                z.chunks_exact(3).map(|zi| zi[1] as u64).collect(),
-                z.chunks_exact(3).map(|zi| zi[2] as u64).collect(),
-                z.chunks_exact(3).map(|zi| (zi[1] & zi[2]) as u64).collect(),
-            ];
+            ez = std::array::from_fn(|k| {
+                let (c, j) = (k / 3, k % 3);
+                z.chunks_exact(3)
+                    .skip(c)
+                    .step_by(2)
+                    .map(|zi| [zi[1], zi[2], zi[1] & zi[2]][j] as u64)
+                    .collect()
+            });
         }
         let mut wrap: [Vec<u64>; 4] =
             std::array::from_fn(|k| masks.iter().map(|mk| (mk[k] >> (n - 1)) & 1).collect());
         let mut shared = |v: &[u64], bits: u32| share(rng, v, bits);
         let o: [(Vec<u64>, Vec<u64>); 4] = std::array::from_fn(|k| shared(&offset[k], n));
-        let fl = shared(&flip, n);
-        let e: [(Vec<u64>, Vec<u64>); 3] = std::array::from_fn(|k| shared(&ez[k], n));
+        let fl: [(Vec<u64>, Vec<u64>); 2] = std::array::from_fn(|c| shared(&flip[c], n));
+        let e: [(Vec<u64>, Vec<u64>); 6] = std::array::from_fn(|k| shared(&ez[k], n));
         let w: [(Vec<u64>, Vec<u64>); 4] = std::array::from_fn(|k| shared(&wrap[k], s2));
         lows1.zeroize();
         z.zeroize();
         masks.iter_mut().for_each(Zeroize::zeroize);
-        offset.iter_mut().chain(ez.iter_mut()).chain(wrap.iter_mut()).for_each(Zeroize::zeroize);
-        flip.zeroize();
-        let split4 = |v: [(Vec<u64>, Vec<u64>); 4]| {
-            let [a, b, c, d] = v;
-            ([a.0, b.0, c.0, d.0], [a.1, b.1, c.1, d.1])
-        };
-        let (o0, o1) = split4(o);
-        let (w0, w1) = split4(w);
-        let [ea, eb, ec] = e;
+        offset
+            .iter_mut()
+            .chain(flip.iter_mut())
+            .chain(ez.iter_mut())
+            .chain(wrap.iter_mut())
+            .for_each(Zeroize::zeroize);
+        let (o0, o1) = unzip(o);
+        let (w0, w1) = unzip(w);
+        let (fl0, fl1) = unzip(fl);
+        let (e0, e1) = unzip(e);
         let widths = self.widths();
         Ok((
             DeferredGainKey {
@@ -241,8 +250,8 @@ impl DeferredGain {
                 tables: t0,
                 z: zs0,
                 offset: o0,
-                flip: fl.0,
-                ez: [ea.0, eb.0, ec.0],
+                flip: fl0,
+                ez: e0,
                 wrap: w0,
             },
             DeferredGainKey {
@@ -252,8 +261,8 @@ impl DeferredGain {
                 tables: t1,
                 z: zs1,
                 offset: o1,
-                flip: fl.1,
-                ez: [ea.1, eb.1, ec.1],
+                flip: fl1,
+                ez: e1,
                 wrap: w1,
             },
         ))
@@ -273,53 +282,67 @@ impl DeferredGain {
         // is recomputed where it is read.)
         let lift = |z: u64| slack_lift(z, k);
         let lows1: Vec<u64> = zh.iter().map(|&z| lift(z) & mask(s1)).collect();
-        let c1 = key.first.open(ctx, &lows1).await?;
-        // `Â = γ·(pub₁ − ĉ₁) + β`, public; its mask is `M(ĉ₁, μ₁)`. Round 2 opens the
-        // second carry's `a, e, b` from the tables `ĉ₁` picks, masked.
+        let first = key.first.shares(&lows1)?;
+        drop(lows1);
+        // `Â = γ·(pub₁ − ĉ₁) + β` is public once `ĉ₁` is; for either value of `ĉ₁` its low
+        // bits read that value's tables now. One round opens `ĉ₁` and both sets of `a, e, b`,
+        // masked: bit 0, then `ĉ₁ = 0`'s, then `ĉ₁ = 1`'s.
         let own = party_term(ctx.party());
         let (chunks, nz) = (self.chunks(), self.chunks().opened_bits());
         let tb = chunks.table_bits();
-        let mut x2 = Vec::with_capacity(self.len);
+        // `Â + 2^{n−2}` for `ĉ₁ = 0` (for `ĉ₁ = 1` it is `γ` less).
+        let affine = |z: u64, g: u64, b: u64| -> u64 {
+            let u = (lift(z) >> s1).wrapping_sub(1 << (k - s1 - 2));
+            g.wrapping_mul(u).wrapping_add(b).wrapping_add(1 << (n - 2)) & m
+        };
+        let masks_of = |zs: &[bool]| zs.iter().enumerate().fold(0u64, |acc, (j, &b)| acc | (b as u64) << j);
         let mut bits = Vec::with_capacity(self.len);
-        for (i0, ((row, c), zs)) in
-            zh.chunks(cols).zip(c1.chunks(cols)).zip(key.z.chunks(nz * cols)).enumerate()
-        {
+        for (i0, (row, zs)) in zh.chunks(cols).zip(key.z.chunks(2 * nz * cols)).enumerate() {
             let at = i0 * cols;
-            for (j, ((((&z, &c), &g), &b), zi)) in
-                row.iter().zip(c).zip(gamma.iter()).zip(beta.iter()).zip(zs.chunks_exact(nz)).enumerate()
+            for (j, (((&z, &g), &b), zi)) in
+                row.iter().zip(gamma.iter()).zip(beta.iter()).zip(zs.chunks_exact(2 * nz)).enumerate()
             {
-                let u = (lift(z) >> s1).wrapping_sub(1 << (k - s1 - 2)).wrapping_sub(c);
-                let x = g.wrapping_mul(u).wrapping_add(b).wrapping_add(1 << (n - 2)) & m;
-                x2.push(x);
-                let field = chunks.field(&key.tables, (2 * (at + j) + c as usize) * tb, x & mask(s2), own);
-                let zw = zi.iter().enumerate().fold(0u64, |acc, (k, &zk)| acc | (zk as u64) << k);
-                bits.push(field ^ zw);
+                let x0 = affine(z, g, b);
+                let x1 = x0.wrapping_sub(g) & m;
+                let slot = 2 * (at + j);
+                let f0 = chunks.field(&key.tables, slot * tb, x0 & mask(s2), own) ^ masks_of(&zi[..nz]);
+                let f1 = chunks.field(&key.tables, (slot + 1) * tb, x1 & mask(s2), own) ^ masks_of(&zi[nz..]);
+                bits.push(first[at + j] | f0 << 1 | f1 << (1 + nz));
             }
         }
+        drop(first);
         let mut opened = vec![0u64; self.len];
-        ctx.open_packed_bits_into(&bits, nz as u32, &mut opened).await?;
+        ctx.open_packed_bits_into(&bits, 1 + 2 * nz as u32, &mut opened).await?;
         drop(bits);
-        // `c₂ = a + e·b`: `−a = −â·(1 − 2z_a) − z_a` (`−z_a` is in the offsets).
-        let ez = if nz == 3 { Some(&key.ez) } else { None };
-        let y: Vec<u64> = (0..self.len)
-            .map(|i| {
-                let mu1 = 1 - (lift(zh[i]) >> (k - 1));
-                let at = 2 * c1[i] as usize + mu1 as usize;
-                let public = (x2[i] >> s2).wrapping_sub(1 << (n - s2 - 2));
-                let mu2 = 1 - (x2[i] >> (n - 1));
-                let o = opened[i];
-                let eb = match ez {
-                    Some(w) => opened_product(own, (o >> 1) & 1, (o >> 2) & 1, [w[0][i], w[1][i], w[2][i]]),
-                    None => 0,
+        // `c₂ = a + e·b` from `ĉ₁`'s set: `−a = −â·(1 − 2z_a) − z_a` (`−z_a` is in the offsets).
+        let mut y = Vec::with_capacity(self.len);
+        for (i0, (row, op)) in zh.chunks(cols).zip(opened.chunks(cols)).enumerate() {
+            for (j, (((&z, &o), &g), &b)) in row.iter().zip(op).zip(gamma.iter()).zip(beta.iter()).enumerate()
+            {
+                let i = i0 * cols + j;
+                let c = (o & 1) as usize;
+                let x2 = affine(z, g, b).wrapping_sub((c as u64).wrapping_mul(g)) & m;
+                let mu1 = 1 - (lift(z) >> (k - 1));
+                let at = 2 * c + mu1 as usize;
+                let public = (x2 >> s2).wrapping_sub(1 << (n - s2 - 2));
+                let mu2 = 1 - (x2 >> (n - 1));
+                let t = o >> (1 + nz as u32 * c as u32);
+                let eb = if nz == 3 {
+                    let w = &key.ez[3 * c..3 * c + 3];
+                    opened_product(own, (t >> 1) & 1, (t >> 2) & 1, [w[0][i], w[1][i], w[2][i]])
+                } else {
+                    0
                 };
-                (own * public)
-                    .wrapping_add(key.offset[at][i])
-                    .wrapping_sub((o & 1).wrapping_mul(key.flip[i]))
-                    .wrapping_sub(eb)
-                    .wrapping_add(mu2 * (key.wrap[at][i] << (n - s2)))
-                    & m
-            })
-            .collect();
+                y.push(
+                    (own * public)
+                        .wrapping_add(key.offset[at][i])
+                        .wrapping_sub((t & 1).wrapping_mul(key.flip[c][i]))
+                        .wrapping_sub(eb)
+                        .wrapping_add(mu2 * (key.wrap[at][i] << (n - s2)))
+                        & m,
+                );
+            }
+        }
         ctx.open(&y, n).await
     }
 
@@ -328,17 +351,25 @@ impl DeferredGain {
         let chunks = self.chunks();
         let mut tables = Vec::new();
         r.get_share_bits_packed(table_words(2 * self.len * chunks.table_bits()) * 64, &mut tables)?;
-        let z = get_bits(r, chunks.opened_bits() * self.len)?;
+        let z = get_bits(r, 2 * chunks.opened_bits() * self.len)?;
         let mut words = |bits: u32| get_words(r, self.len, bits);
         let offset = [words(self.bits)?, words(self.bits)?, words(self.bits)?, words(self.bits)?];
-        let flip = words(self.bits)?;
-        let mut ez: [Vec<u64>; 3] = Default::default();
+        let flip = [words(self.bits)?, words(self.bits)?];
+        let mut ez: [Vec<u64>; 6] = Default::default();
         if chunks.opened_bits() == 3 {
-            ez = [words(self.bits)?, words(self.bits)?, words(self.bits)?];
+            for e in &mut ez {
+                *e = words(self.bits)?;
+            }
         }
         let wrap = [words(self.s2)?, words(self.s2)?, words(self.s2)?, words(self.s2)?];
         Ok(DeferredGainKey { party, widths: self.widths(), first, tables, z, offset, flip, ez, wrap })
     }
+}
+
+/// A party's halves of pairs of shares.
+fn unzip<const N: usize>(mut v: [(Vec<u64>, Vec<u64>); N]) -> ([Vec<u64>; N], [Vec<u64>; N]) {
+    let first = std::array::from_fn(|k| std::mem::take(&mut v[k].0));
+    (first, std::array::from_fn(|k| std::mem::take(&mut v[k].1)))
 }
 
 /// 64-bit words of `bits` table bits.
@@ -353,7 +384,7 @@ impl DeferredGainKey {
         // (XOR shares of bits: a one-bit share run, packed.)
         w.put_share_bits(self.tables.len() * 64, &self.tables);
         put_bits(w, &self.z);
-        for v in self.offset.iter().chain([&self.flip]).chain(self.ez.iter().filter(|v| !v.is_empty())) {
+        for v in self.offset.iter().chain(&self.flip).chain(self.ez.iter().filter(|v| !v.is_empty())) {
             put_words(w, v, shape.bits);
         }
         for v in &self.wrap {

@@ -44,10 +44,15 @@ pub(crate) fn deal_masked_bits<R: SplitRng + ?Sized>(
 impl MaskedBitKey {
     /// Open `ĉ = 1{y < α} ⊕ z` at the points `y` (one round), as words 0 or 1.
     pub async fn open(&self, ctx: &Ctx, y: &[u64]) -> Result<Vec<u64>, GateError> {
+        ctx.open(&self.shares(y)?, 1).await
+    }
+
+    /// This party's XOR shares of `ĉ = 1{y < α} ⊕ z` at the points `y` (to open with
+    /// others), as words 0 or 1.
+    pub fn shares(&self, y: &[u64]) -> Result<Vec<u64>, GateError> {
         let mut lt = vec![CmpShares::default(); y.len()];
         self.cmp.eval(y, &mut lt)?;
-        let shares: Vec<u64> = lt.iter().zip(&self.z).map(|(s, &z)| (s.lt.0 ^ z) as u64).collect();
-        ctx.open(&shares, 1).await
+        Ok(lt.iter().zip(&self.z).map(|(s, &z)| (s.lt.0 ^ z) as u64).collect())
     }
 
     pub fn read(cmp_bits: u32, party: Party, len: usize, r: &mut BitReader<'_>) -> Result<Self, DecodeError> {
