@@ -80,9 +80,10 @@ pub const VERSION: u16 = 3;
 /// product truncation (and any FuseFSS truncation by 14 to 19 bits) reads its carry from
 /// truth tables (`gates::carry_table`: a high chunk of up to 10 bits, or a middle chunk),
 /// and every table carry reads a chunk's equality from its comparison table (no table of
-/// its own). 25: FuseFSS LayerNorm's deferred gain reads its second carry from two
-/// candidate truth tables (`gates::gain`) and opens its product `x·(1/σ)` in a narrower ring
-/// (`composite::norm_product_bits`); the `1/σ` grid's first row reads its top's value.
+/// its own). 25: FuseFSS LayerNorm's deferred gain reads its second carry from truth
+/// tables for either value of the first, opened in the first's round (`gates::gain`), and
+/// opens its product `x·(1/σ)` in a narrower ring (`composite::norm_product_bits`); the
+/// `1/σ` grid's first row reads its top's value.
 pub const PROTOCOL_REVISION: u64 = 25;
 const KIND_INPUT: u8 = 1;
 const KIND_GATE: u8 = 2;
