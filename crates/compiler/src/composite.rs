@@ -418,21 +418,34 @@ pub fn norm(
         let spec = library::rsqrt_grid_out(bits, bits, scale, d, m, floor, extra);
         Compiled::with_options(&spec, rsqrt_options(bits, scale, d, m))
     })?;
-    let product = if normalize { norm_product_bits(bits, scale, cols, extra) } else { bits };
+    let product = if normalize { norm_product_bits(bits, &rsqrt.0.spec) } else { bits };
     Norm::with(bits, scale, rows, cols, normalize, gamma, beta, mean, rsqrt)
         .and_then(|n| n.with_rsqrt_extra(extra).with_centred_sum_sq(normalize).with_deferred_gain(normalize))
         .and_then(|n| n.with_product_bits(product))
         .map_err(|e| SpecError::Width(e.to_string()))
 }
 
-/// The ring LayerNorm's product `x_j·(1/σ)` (scale `2s + e`) is opened in: `2s + e + 3 +
-/// ⌈⌈log2(2·cols)⌉ / 2⌉` bits, at most `bits` (31 of 37 for bert-tiny's rows of 128, 32 for
-/// MiniLM's 384). Its `1/σ` grid ([`library::rsqrt_grid_out`]) keeps `√v·(1/σ)` within
-/// `√2·2^{2s+e}·√cols` plus half an ulp on every cell, and `|x_j| ≤ √v` for a row's sum of
-/// squares `v`: `|x_j·(1/σ)| < 1.5·√cols·2^{2s+e} < 2^{k−2}`, the slack the deferred gain
-/// lifts it back with (`tests/library.rs` checks the bound cell by cell). Six bits fewer
-/// per element at bert-tiny's widths than opening it in `Z_{2^n}`.
-pub fn norm_product_bits(bits: u32, scale: u32, cols: usize, extra: u32) -> u32 {
-    let log2 = 64 - (2 * cols.max(1) as u64 - 1).leading_zeros();
-    (2 * scale + extra + 3 + log2.div_ceil(2)).min(bits)
+/// The ring LayerNorm's product `x_j·(1/σ)` is opened in: the smallest `k ≤ bits` with
+/// `(v_end − 1)·g² < 4^{k−2}` on every cell `[v, v_end)` of its `1/σ` grid `grid` below
+/// `2^{bits−1}` (`g` the cell's value). A row's `x_j² ≤ v` (its sum of squares), so
+/// `|x_j·(1/σ)| < 2^{k−2}`: the slack the deferred gain lifts it back with. The grid reads
+/// each cell at the mean of its ends' values and its first row at its top's
+/// ([`library::rsqrt_grid_out`]), so the bound is about `1.21·√cols·2^{2s+e}` (row 1, one
+/// to two times the floor): 30 of 37 bits for bert-tiny's rows of 128, 31 for MiniLM's
+/// 384; seven and six bits fewer per element than opening it in `Z_{2^n}`.
+pub fn norm_product_bits(bits: u32, grid: &crate::spec::OperatorSpec) -> u32 {
+    let half = 1u64 << (bits - 1);
+    let worst = grid
+        .boundaries
+        .iter()
+        .enumerate()
+        .take_while(|&(_, &start)| start < half)
+        .map(|(i, &start)| {
+            let end = grid.boundaries.get(i + 1).map_or(half, |&e| e.min(half));
+            let g = grid.eval(start).arith[0] as u128;
+            ((end - 1).max(1) as u128).checked_mul(g * g).unwrap_or(u128::MAX)
+        })
+        .max()
+        .unwrap_or(0);
+    (2..bits).find(|&k| worst < 1u128 << (2 * (k - 2)).min(127)).unwrap_or(bits)
 }

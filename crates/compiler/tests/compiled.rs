@@ -442,7 +442,7 @@ fn layer_norm_opens_its_product_in_a_narrow_ring() {
         }
         let x: Vec<u64> = rows.iter().flatten().map(|&v| ring.from_signed(v)).collect();
         let g = norm(n, f, rows.len(), cols, true, gamma, beta).unwrap();
-        let k = norm_product_bits(n, f, cols, 0);
+        let k = norm_product_bits(n, &g.rsqrt.0.spec);
         assert!(k < n && g.product_bits == k, "n {n} cols {cols}: k {k}");
         for (round, &m) in common::edge_masks(n, &mut r).iter().enumerate() {
             let masks: Vec<u64> = (0..x.len()).map(|i| ring.add(m, (i * round) as u64)).collect();

@@ -427,8 +427,8 @@ impl<M: UnaryFamily, Q: UnaryFamily> Norm<M, Q> {
 
     /// The same with the product `x·(1/σ)` opened in `Z_{2^k}` (FuseFSS): the deferred gain
     /// reads it there and lifts it back, exact as long as `|x·(1/σ)| < 2^{k−2}`. The
-    /// caller vouches for that bound (a compiled `1/σ` grid keeps `|x_j|·(1/σ)` below
-    /// `√(2·cols)·2^{2s+e}` for every row: `composite::norm`); `k` = `bits` is the default.
+    /// caller vouches for that bound (`composite::norm_product_bits` reads it off a compiled
+    /// `1/σ` grid: `|x_j| ≤ √v` for a row's sum of squares `v`); `k` = `bits` is the default.
     ///
     /// # Errors
     /// [`GateError::Params`] without the deferred gain or for widths it does not hold at.
