@@ -138,6 +138,13 @@ pub const RECIP_RUN_WINDOW_BITS: u32 = 10;
 /// in the step (`engine::layers::ONE_ROUND_TRUNC_MAX`).
 pub const ONE_ROUND_MAX_TREE_MAX: usize = 1024;
 
+/// Levels of a large softmax's max tree (the widest) that keep SIGMA's two-round key: the
+/// one-round key ([`gates::cmp::ReluDcf`]) of the second widest cost 65 B per entry more
+/// (bert-tiny: 4.3 MB of each server's key; `fusefss bench model`, keys on disk, ~3 ms
+/// slower in process) for the round per layer it saves. Three would leave MiniLM at seq 32
+/// one round within the rounds FuseFSS is held to (0.55× SIGMA's).
+pub const TWO_ROUND_MAX_LEVELS: usize = 2;
+
 /// The softmax of [`Softmax::sigma`] with a compiled `e^{−x}` ([`MODELS_SOFTMAX_EXP`]: on
 /// `cmp_bits + 1` bits with slack, `max − x` never being negative nor past `2^{cmp_bits−1}`,
 /// joined lines in rows of `2^NEXP_INTERP_ROW_BITS` at [`NEXP_INTERP_EXTRA_BITS`] more
@@ -148,9 +155,10 @@ pub const ONE_ROUND_MAX_TREE_MAX: usize = 1024;
 /// `Z_{2^{2·scale + extra + 3}}` ([`Softmax::prob_bits`]: their values stay at most
 /// `2^{2·scale + extra}`, so only the final truncation's output is a full ring word:
 /// narrower openings and words), and a max tree that runs in `Z_{2^{cmp_bits + 1}}` (all
-/// `e^{−x}` reads) with every level but the widest in one round ([`gates::cmp::ReluDcf`]):
-/// the widest level holds half the comparisons, so it keeps SIGMA's smaller two-round key,
-/// but in a softmax of at most [`ONE_ROUND_MAX_TREE_MAX`] entries. The product's truncation
+/// `e^{−x}` reads) with every level but the [`TWO_ROUND_MAX_LEVELS`] widest in one round
+/// ([`gates::cmp::ReluDcf`]): those hold three quarters of the comparisons, so they keep
+/// SIGMA's smaller two-round key, but in a softmax of at most [`ONE_ROUND_MAX_TREE_MAX`]
+/// entries. The product's truncation
 /// (by `scale + 5` bits) reads its carry from truth tables with a 10-bit high chunk
 /// ([`gates::carry_table::ArsSlackTable`]; a middle chunk would shrink bert-tiny's key by
 /// 7 MB more but open two more bits per entry, past the communication FuseFSS is held to).
@@ -213,8 +221,8 @@ pub fn softmax_with(
     let prob_bits = (2 * scale + extra + 3).max(scale + extra + cols2.trailing_zeros() + 1).min(bits);
     let (exp, recip) = softmax_tables_with(bits, cmp_bits, scale, cols2, prob_bits, exp)?;
     let levels = (cols.max(1) as u64).next_power_of_two().trailing_zeros() as usize;
-    // A small softmax (a decode step's row per head) runs its widest level in one round too.
-    let two_round_levels = usize::from(rows * cols > ONE_ROUND_MAX_TREE_MAX);
+    // A small softmax (a decode step's row per head) runs its widest levels in one round too.
+    let two_round_levels = if rows * cols > ONE_ROUND_MAX_TREE_MAX { TWO_ROUND_MAX_LEVELS } else { 0 };
     Ok(Softmax {
         bits,
         cmp_bits,

@@ -186,11 +186,11 @@ fn key_shapes_do_not_depend_on_the_mask() {
 }
 
 /// FuseFSS's softmax is exact with every level of its max tree in one round (at most
-/// `ONE_ROUND_MAX_TREE_MAX` entries) and with the widest level in two (more): rounds one
-/// fewer, key larger, rows that sum to about one.
+/// `ONE_ROUND_MAX_TREE_MAX` entries) and with the `TWO_ROUND_MAX_LEVELS` widest levels in
+/// two (more): rounds fewer, key larger, rows that sum to about one.
 #[test]
 fn composite_softmax_small_and_large() {
-    use compiler::composite::{ONE_ROUND_MAX_TREE_MAX, softmax};
+    use compiler::composite::{ONE_ROUND_MAX_TREE_MAX, TWO_ROUND_MAX_LEVELS as TWO, softmax};
     use fss::ring::Ring;
     let mut r = rng(41);
     let (bits, f) = (37u32, 12u32);
@@ -202,7 +202,7 @@ fn composite_softmax_small_and_large() {
             let large = rows * cols > ONE_ROUND_MAX_TREE_MAX;
             let g = softmax(bits, bits - f, f, rows, cols, causal).unwrap();
             let levels = cols.trailing_zeros() as usize;
-            assert_eq!(g.max_dcf_levels, if large { levels - 1 } else { levels });
+            assert_eq!(g.max_dcf_levels, if large { levels - TWO } else { levels });
             let x: Vec<u64> = (0..rows * cols)
                 .map(|_| ring.from_signed((r.next_u64() % (20 << f)) as i64 - (10 << f)))
                 .collect();
@@ -216,7 +216,7 @@ fn composite_softmax_small_and_large() {
             reports.push((rep.stats[0].rounds, rep.key_bits[0] / (rows * cols) as u64));
         }
         let ((small_rounds, small_key), (large_rounds, large_key)) = (reports[0], reports[1]);
-        assert_eq!(small_rounds + 1, large_rounds, "causal {causal}");
+        assert_eq!(small_rounds + TWO as u64, large_rounds, "causal {causal}");
         assert!(small_key > large_key, "causal {causal}: {small_key} vs {large_key} bits per entry");
     }
 }
