@@ -451,7 +451,7 @@ pub fn norm_product_bits(bits: u32, grid: &crate::spec::OperatorSpec) -> u32 {
         .map(|(i, &start)| {
             let end = grid.boundaries.get(i + 1).map_or(half, |&e| e.min(half));
             let g = grid.eval(start).arith[0] as u128;
-            ((end - 1).max(1) as u128).checked_mul(g * g).unwrap_or(u128::MAX)
+            ((end - 1).max(1) as u128).saturating_mul(g * g)
         })
         .max()
         .unwrap_or(0);
