@@ -32,10 +32,10 @@ use fss::rng::SplitRng;
 use fss::{DecodeError, Party};
 use zeroize::Zeroize;
 
-use crate::dealer::{random_bits, share, share_bits, split_draws};
+use crate::dealer::{random_bits, share, split_draws};
 use crate::error::{GateError, check_len};
 use crate::gate::Gate;
-use crate::keyio::{GateKey, get_bits, get_words, key_debug, put_bits, put_words};
+use crate::keyio::{GateKey, get_words, key_debug, put_words};
 use crate::kit::{check_inputs, check_party, party_term, unary};
 use crate::online::Ctx;
 use crate::shift::{ArsSlack, slack_lift};
@@ -71,11 +71,10 @@ pub struct ArsSlackTable {
 pub struct ArsSlackTableKey {
     party: Party,
     out_bits: u32,
-    /// Shares of every element's tables, `tables_bits()` bits each, packed in order.
+    /// XOR shares of every element's slot, `slot_bits()` bits each, packed in order: its
+    /// tables, then the masks `z₁, z₂, z₃` of its opened bits (five with a middle chunk),
+    /// read with the tables' bits.
     tables: Vec<u64>,
-    /// Shares of the masks `z₁, z₂, z₃` of the opened bits, three per element (five with a
-    /// middle chunk).
-    z: Vec<bool>,
     /// Shares of `r_out − ⌊r/2^s⌋ − a` for `â = 0, 1` (`a = â ⊕ z₁`).
     corr: [Vec<u64>; 2],
     /// Shares of `z₂`, `z₃` and `z₂z₃` as ring elements; with a middle chunk, of `z₂, z₃,
@@ -84,7 +83,7 @@ pub struct ArsSlackTableKey {
     /// Shares of `msb(r)·2^{n−s}`.
     wrap: Vec<u64>,
 }
-fss::wipe_on_drop!(ArsSlackTableKey { wipe: [tables, z, corr, ez, wrap], zeroize: [] });
+fss::wipe_on_drop!(ArsSlackTableKey { wipe: [tables, corr, ez, wrap], zeroize: [] });
 key_debug!(ArsSlackTableKey);
 
 impl ArsSlackTable {
@@ -119,6 +118,11 @@ impl ArsSlackTable {
     fn table_bits(&self) -> usize {
         let one = |w: u32| if w > 0 { 1usize << w } else { 0 };
         one(self.high_bits()) + one(self.mid_bits()) + (1usize << self.low_bits())
+    }
+
+    /// Bits of an element's slot: its tables, then its opened bits' masks.
+    fn slot_bits(&self) -> usize {
+        self.table_bits() + self.opened_bits()
     }
 
     fn input_width(&self) -> u32 {
@@ -160,13 +164,16 @@ impl ArsSlackTable {
         check_len("masks", self.len, r.len())?;
         check_len("output masks", self.len, rout.len())?;
         let (n, s, m) = (self.bits, self.shift, mask(self.out_bits));
-        let (hb, mb, lb, tb) = (self.high_bits(), self.mid_bits(), self.low_bits(), self.table_bits());
-        // The tables, packed: element i's at bits [i·tb, (i+1)·tb).
-        let mut tables = vec![0u64; (self.len * tb).div_ceil(64)];
+        let (hb, mb, lb, sb) = (self.high_bits(), self.mid_bits(), self.low_bits(), self.slot_bits());
+        let nz = self.opened_bits();
+        let z = random_bits(rng, nz * self.len);
+        // The slots, packed: element i's tables at bits [i·sb, i·sb + tb), its masks after.
+        let mut tables = vec![0u64; (self.len * sb).div_ceil(64)];
         for (i, &ri) in r.iter().enumerate() {
             let low = ri & mask(s);
             let (rh, rm, rl) = (low >> (mb + lb), (low >> lb) & mask(mb), low & mask(lb));
-            let mut at = i * tb;
+            set_bits(&mut tables, i * sb + self.table_bits(), &z[nz * i..nz * (i + 1)]);
+            let mut at = i * sb;
             for (w, rc) in [(hb, rh), (mb, rm)] {
                 if w > 0 {
                     // `1[v < r_c]` for every value `v` of the chunk.
@@ -180,9 +187,6 @@ impl ArsSlackTable {
         split_draws(rng, &mut t0);
         let t1: Vec<u64> = tables.iter().zip(&t0).map(|(&t, &a)| t ^ a).collect();
         tables.zeroize();
-        let nz = self.opened_bits();
-        let z = random_bits(rng, nz * self.len);
-        let (z0, z1) = share_bits(rng, &z);
         // `a = â ⊕ z₁`: the word for `â` is `v₀ − a`.
         let v0: Vec<u64> = r.iter().zip(rout).map(|(&r, &o)| o.wrapping_sub(r >> s) & m).collect();
         let pick = |hat: bool| -> Vec<u64> {
@@ -205,16 +209,9 @@ impl ArsSlackTable {
         let wrap: Vec<u64> = r.iter().map(|&r| (((r >> (n - 1)) & 1) << (n - s)) & m).collect();
         let (w0, w1) = share(rng, &wrap, self.out_bits);
         let out_bits = self.out_bits;
-        let key = |party, tables, z, corr, ez, wrap| ArsSlackTableKey {
-            party,
-            out_bits,
-            tables,
-            z,
-            corr,
-            ez,
-            wrap,
-        };
-        Ok((key(Party::P0, t0, z0, [a0, b0], ez0, w0), key(Party::P1, t1, z1, [a1, b1], ez1, w1)))
+        let key =
+            |party, tables, corr, ez, wrap| ArsSlackTableKey { party, out_bits, tables, corr, ez, wrap };
+        Ok((key(Party::P0, t0, [a0, b0], ez0, w0), key(Party::P1, t1, [a1, b1], ez1, w1)))
     }
 
     /// The masked output (two rounds).
@@ -244,28 +241,27 @@ impl ArsSlackTable {
         // Round 1: `a ⊕ z₁`, `e ⊕ z₂`, `b ⊕ z₃` per element (`e` is 0 without a high chunk),
         // as bits 0, 1 and 2 of one word: one 3-bit field per element on the wire; with a
         // middle chunk `a, e, a', e', b` as a 5-bit field.
+        let (sb, two) = (self.slot_bits(), TwoChunk::new(s));
         let bits: Vec<u64> = xh
             .iter()
-            .zip(key.z.chunks_exact(nz))
             .enumerate()
-            .map(|(i, (&x, zi))| {
+            .map(|(i, &x)| {
                 let low = lift(x) & mask(s);
                 let (h, mid, l) = (
                     (low >> (mb + lb)) as usize,
                     ((low >> lb) & mask(mb)) as usize,
                     (low & mask(lb)) as usize,
                 );
-                let at = i * tb;
+                let at = i * sb;
                 let field = if mb > 0 {
                     let b = read(at + at_b + l);
                     let (a, e) = lt_eq(at, h);
                     let (a2, e2) = lt_eq(at + at_m, mid);
                     a | e << 1 | a2 << 2 | e2 << 3 | b << 4
                 } else {
-                    TwoChunk::new(s).field(&key.tables, at, low, own)
+                    two.field(&key.tables, at, low, own)
                 };
-                let z = zi.iter().enumerate().fold(0u64, |acc, (j, &zj)| acc | (zj as u64) << j);
-                field ^ z
+                field ^ bits_at(&key.tables, at + tb, nz as u32)
             })
             .collect();
         let mut opened = vec![0u64; self.len];
@@ -349,6 +345,22 @@ impl TwoChunk {
         let a = read(at + h);
         let before = if h > 0 { read(at + h - 1) } else { own };
         a | (a ^ before) << 1 | b << 2
+    }
+}
+
+/// Bits `pos..pos + w` of the bit string `words` (`w ≤ 57`), as the low bits of a word.
+#[inline(always)]
+pub(crate) fn bits_at(words: &[u64], pos: usize, w: u32) -> u64 {
+    let (i, sh) = (pos / 64, (pos % 64) as u32);
+    let lo = words[i] >> sh;
+    let v = if sh + w > 64 { lo | words[i + 1] << (64 - sh) } else { lo };
+    v & mask(w)
+}
+
+/// Sets bit `at + j` of `v` for every `bits[j]` that is set.
+pub(crate) fn set_bits(v: &mut [u64], at: usize, bits: &[bool]) {
+    for (j, &b) in bits.iter().enumerate() {
+        v[(at + j) / 64] |= (b as u64) << ((at + j) % 64);
     }
 }
 
@@ -455,10 +467,9 @@ impl GateKey for ArsSlackTableKey {
     }
 
     fn write(&self, w: &mut BitWriter) {
-        // (The tables' shares are XOR shares of bits: a one-bit share run, packed.)
+        // (The slots' shares are XOR shares of bits: a one-bit share run, packed.)
         let count = self.tables.len() * 64;
         w.put_share_bits(count, &self.tables);
-        put_bits(w, &self.z);
         // (The unused product words are empty.)
         for v in self.corr.iter().chain(self.ez.iter().filter(|v| !v.is_empty())) {
             put_words(w, v, self.out_bits);
@@ -467,10 +478,9 @@ impl GateKey for ArsSlackTableKey {
     }
 
     fn read(s: &ArsSlackTable, party: Party, r: &mut BitReader<'_>) -> Result<ArsSlackTableKey, DecodeError> {
-        let count = (s.len * s.table_bits()).div_ceil(64) * 64;
+        let count = (s.len * s.slot_bits()).div_ceil(64) * 64;
         let mut tables = Vec::new();
         r.get_share_bits_packed(count, &mut tables)?;
-        let z = get_bits(r, s.opened_bits() * s.len)?;
         let mut words = || get_words(r, s.len, s.out_bits);
         let corr = [words()?, words()?];
         let mut ez: [Vec<u64>; 9] = Default::default();
@@ -478,6 +488,6 @@ impl GateKey for ArsSlackTableKey {
             *e = words()?;
         }
         let wrap = words()?;
-        Ok(ArsSlackTableKey { party, out_bits: s.out_bits, tables, z, corr, ez, wrap })
+        Ok(ArsSlackTableKey { party, out_bits: s.out_bits, tables, corr, ez, wrap })
     }
 }

@@ -31,11 +31,11 @@ use fss::rng::SplitRng;
 use fss::{DecodeError, Party, Ring};
 use zeroize::Zeroize;
 
-use crate::carry_table::{TwoChunk, opened_product};
-use crate::dealer::{random_bits, share, share_bits, split_draws};
+use crate::carry_table::{TwoChunk, bits_at, opened_product, set_bits};
+use crate::dealer::{random_bits, share, split_draws};
 use crate::error::{GateError, check_len};
 use crate::gate::Gate;
-use crate::keyio::{GateKey, get_bits, get_words, key_debug, put_bits, put_words};
+use crate::keyio::{GateKey, get_words, key_debug, put_words};
 use crate::kit::{check_inputs, check_party, party_term, unary};
 use crate::online::Ctx;
 use crate::shift::{MaskedBitKey, deal_masked_bits, slack_lift};
@@ -76,12 +76,10 @@ pub struct DeferredGainKey {
     widths: Widths,
     /// The first carry, masked (`len` points).
     first: MaskedBitKey,
-    /// XOR shares of the second carry's tables for `ĉ₁ = 0, 1`: element `i`'s for `ĉ₁` at
-    /// bits `(2i + ĉ₁)·T` (`T` the tables' bits per threshold).
+    /// XOR shares of the second carry's slots for `ĉ₁ = 0, 1`: element `i`'s for `ĉ₁` at bits
+    /// `(2i + ĉ₁)·S`, its tables (`T` bits) then the masks of its opened bits (`a, e, b`, or
+    /// `b` alone): `S = T + 3` (or `T + 1`).
     tables: Vec<u64>,
-    /// XOR shares of the masks of the second carry's opened bits (`a, e, b`, or `b` alone)
-    /// for `ĉ₁ = 0, 1`: element `i`'s for `ĉ₁` at set `2i + ĉ₁`.
-    z: Vec<bool>,
     /// Shares of `r_out − ⌊M/2^{s2}⌋ − z_a` for the mask `M` of `(ĉ₁, μ₁)`, at `2ĉ₁ + μ₁`
     /// (`z_a` the mask of `ĉ₁`'s opened `a`).
     offset: [Vec<u64>; 4],
@@ -93,7 +91,7 @@ pub struct DeferredGainKey {
     /// Shares of `msb(M)`, `s2` bits (the parties use them times `2^{n−s2}`), at `2ĉ₁ + μ₁`.
     wrap: [Vec<u64>; 4],
 }
-fss::wipe_on_drop!(DeferredGainKey { wipe: [tables, z, offset, flip, ez, wrap], zeroize: [first] });
+fss::wipe_on_drop!(DeferredGainKey { wipe: [tables, offset, flip, ez, wrap], zeroize: [first] });
 
 key_debug!(DeferredGainKey);
 
@@ -190,20 +188,22 @@ impl DeferredGain {
         // `μ₁` changes `M` by a multiple of `2^{k−s1}`, not its low `s2` bits: one table
         // set per `ĉ₁`, element `i`'s for `ĉ₁` at set `2i + ĉ₁`.
         let (chunks, nz) = (self.chunks(), self.chunks().opened_bits());
-        let tb = chunks.table_bits();
-        let mut tables = vec![0u64; (2 * len * tb).div_ceil(64)];
+        let (tb, sb) = (chunks.table_bits(), chunks.table_bits() + nz);
+        // The opened bits' masks for each `ĉ₁` (both are opened), `z_a` first (`z_a, z_e,
+        // z_b`, or `z_a` alone), in each slot after its tables.
+        let mut z = random_bits(rng, 2 * nz * len);
+        let mut tables = vec![0u64; (2 * len * sb).div_ceil(64)];
         for (i, mk) in masks.iter().enumerate() {
-            chunks.fill(&mut tables, 2 * i * tb, mk[0] & mask(s2));
-            chunks.fill(&mut tables, (2 * i + 1) * tb, mk[2] & mask(s2));
+            for c in 0..2 {
+                let slot = (2 * i + c) * sb;
+                chunks.fill(&mut tables, slot, mk[2 * c] & mask(s2));
+                set_bits(&mut tables, slot + tb, &z[(2 * i + c) * nz..(2 * i + c + 1) * nz]);
+            }
         }
         let mut t0 = vec![0u64; tables.len()];
         split_draws(rng, &mut t0);
         let t1: Vec<u64> = tables.iter().zip(&t0).map(|(&t, &a)| t ^ a).collect();
         tables.zeroize();
-        // The opened bits' masks for each `ĉ₁` (both are opened), `z_a` first (`z_a, z_e,
-        // z_b`, or `z_a` alone).
-        let mut z = random_bits(rng, 2 * nz * len);
-        let (zs0, zs1) = share_bits(rng, &z);
         let za = |i: usize, c: usize| z[(2 * i + c) * nz] as u64;
         let mut offset: [Vec<u64>; 4] = std::array::from_fn(|k| {
             (0..len).map(|i| rout[i].wrapping_sub(masks[i][k] >> s2).wrapping_sub(za(i, k / 2)) & m).collect()
@@ -248,7 +248,6 @@ impl DeferredGain {
                 widths,
                 first: f0,
                 tables: t0,
-                z: zs0,
                 offset: o0,
                 flip: fl0,
                 ez: e0,
@@ -259,7 +258,6 @@ impl DeferredGain {
                 widths,
                 first: f1,
                 tables: t1,
-                z: zs1,
                 offset: o1,
                 flip: fl1,
                 ez: e1,
@@ -289,24 +287,24 @@ impl DeferredGain {
         // masked: bit 0, then `ĉ₁ = 0`'s, then `ĉ₁ = 1`'s.
         let own = party_term(ctx.party());
         let (chunks, nz) = (self.chunks(), self.chunks().opened_bits());
-        let tb = chunks.table_bits();
+        let (tb, sb) = (chunks.table_bits(), chunks.table_bits() + nz);
         // `Â + 2^{n−2}` for `ĉ₁ = 0` (for `ĉ₁ = 1` it is `γ` less).
         let affine = |z: u64, g: u64, b: u64| -> u64 {
             let u = (lift(z) >> s1).wrapping_sub(1 << (k - s1 - 2));
             g.wrapping_mul(u).wrapping_add(b).wrapping_add(1 << (n - 2)) & m
         };
-        let masks_of = |zs: &[bool]| zs.iter().enumerate().fold(0u64, |acc, (j, &b)| acc | (b as u64) << j);
+        // A slot's opened bits: its tables read at `x`, XOR its masks.
+        let field = |slot: usize, x: u64| {
+            let at = slot * sb;
+            chunks.field(&key.tables, at, x & mask(s2), own) ^ bits_at(&key.tables, at + tb, nz as u32)
+        };
         let mut bits = Vec::with_capacity(self.len);
-        for (i0, (row, zs)) in zh.chunks(cols).zip(key.z.chunks(2 * nz * cols)).enumerate() {
+        for (i0, row) in zh.chunks(cols).enumerate() {
             let at = i0 * cols;
-            for (j, (((&z, &g), &b), zi)) in
-                row.iter().zip(gamma.iter()).zip(beta.iter()).zip(zs.chunks_exact(2 * nz)).enumerate()
-            {
+            for (j, ((&z, &g), &b)) in row.iter().zip(gamma.iter()).zip(beta.iter()).enumerate() {
                 let x0 = affine(z, g, b);
-                let x1 = x0.wrapping_sub(g) & m;
                 let slot = 2 * (at + j);
-                let f0 = chunks.field(&key.tables, slot * tb, x0 & mask(s2), own) ^ masks_of(&zi[..nz]);
-                let f1 = chunks.field(&key.tables, (slot + 1) * tb, x1 & mask(s2), own) ^ masks_of(&zi[nz..]);
+                let (f0, f1) = (field(slot, x0), field(slot + 1, x0.wrapping_sub(g)));
                 bits.push(first[at + j] | f0 << 1 | f1 << (1 + nz));
             }
         }
@@ -349,9 +347,9 @@ impl DeferredGain {
     fn read_key(&self, r: &mut BitReader<'_>, party: Party) -> Result<DeferredGainKey, DecodeError> {
         let first = MaskedBitKey::read(self.s1, party, self.len, r)?;
         let chunks = self.chunks();
+        let slot = chunks.table_bits() + chunks.opened_bits();
         let mut tables = Vec::new();
-        r.get_share_bits_packed(table_words(2 * self.len * chunks.table_bits()) * 64, &mut tables)?;
-        let z = get_bits(r, 2 * chunks.opened_bits() * self.len)?;
+        r.get_share_bits_packed(table_words(2 * self.len * slot) * 64, &mut tables)?;
         let mut words = |bits: u32| get_words(r, self.len, bits);
         let offset = [words(self.bits)?, words(self.bits)?, words(self.bits)?, words(self.bits)?];
         let flip = [words(self.bits)?, words(self.bits)?];
@@ -362,7 +360,7 @@ impl DeferredGain {
             }
         }
         let wrap = [words(self.s2)?, words(self.s2)?, words(self.s2)?, words(self.s2)?];
-        Ok(DeferredGainKey { party, widths: self.widths(), first, tables, z, offset, flip, ez, wrap })
+        Ok(DeferredGainKey { party, widths: self.widths(), first, tables, offset, flip, ez, wrap })
     }
 }
 
@@ -383,7 +381,6 @@ impl DeferredGainKey {
         self.first.write(w);
         // (XOR shares of bits: a one-bit share run, packed.)
         w.put_share_bits(self.tables.len() * 64, &self.tables);
-        put_bits(w, &self.z);
         for v in self.offset.iter().chain(&self.flip).chain(self.ez.iter().filter(|v| !v.is_empty())) {
             put_words(w, v, shape.bits);
         }
