@@ -323,12 +323,26 @@ impl TwoChunk {
         if self.high > 0 { 3 } else { 1 }
     }
 
-    /// Write the tables of the threshold `alpha` at bit `at` of `tables` (bits clear).
-    pub(crate) fn fill(self, tables: &mut [u64], at: usize, alpha: u64) {
+    /// Bits of a slot: the tables, then the masks of the opened bits.
+    pub(crate) fn slot_bits(self) -> usize {
+        self.table_bits() + self.opened_bits()
+    }
+
+    /// Write the slot of the threshold `alpha` and the opened bits' masks `z` at bit `at` of
+    /// `slots` (bits clear).
+    pub(crate) fn fill_slot(self, slots: &mut [u64], at: usize, alpha: u64, z: &[bool]) {
         if self.high > 0 {
-            fill_ones(tables, at, (alpha >> self.low) as usize);
+            fill_ones(slots, at, (alpha >> self.low) as usize);
         }
-        fill_ones(tables, at + self.high_table(), (alpha & mask(self.low)) as usize);
+        fill_ones(slots, at + self.high_table(), (alpha & mask(self.low)) as usize);
+        set_bits(slots, at + self.table_bits(), z);
+    }
+
+    /// A party's shares of the opened bits at the value `v` from the slot at bit `at`: its
+    /// [`TwoChunk::field`] XOR its masks.
+    #[inline(always)]
+    pub(crate) fn masked_field(self, slots: &[u64], at: usize, v: u64, own: u64) -> u64 {
+        self.field(slots, at, v, own) ^ bits_at(slots, at + self.table_bits(), self.opened_bits() as u32)
     }
 
     /// A party's shares of `a | e << 1 | b << 2` (of `b` without a high chunk) at the value
@@ -350,7 +364,7 @@ impl TwoChunk {
 
 /// Bits `pos..pos + w` of the bit string `words` (`w ≤ 57`), as the low bits of a word.
 #[inline(always)]
-pub(crate) fn bits_at(words: &[u64], pos: usize, w: u32) -> u64 {
+fn bits_at(words: &[u64], pos: usize, w: u32) -> u64 {
     let (i, sh) = (pos / 64, (pos % 64) as u32);
     let lo = words[i] >> sh;
     let v = if sh + w > 64 { lo | words[i + 1] << (64 - sh) } else { lo };
@@ -358,7 +372,7 @@ pub(crate) fn bits_at(words: &[u64], pos: usize, w: u32) -> u64 {
 }
 
 /// Sets bit `at + j` of `v` for every `bits[j]` that is set.
-pub(crate) fn set_bits(v: &mut [u64], at: usize, bits: &[bool]) {
+fn set_bits(v: &mut [u64], at: usize, bits: &[bool]) {
     for (j, &b) in bits.iter().enumerate() {
         v[(at + j) / 64] |= (b as u64) << ((at + j) % 64);
     }

@@ -31,7 +31,7 @@ use fss::rng::SplitRng;
 use fss::{DecodeError, Party, Ring};
 use zeroize::Zeroize;
 
-use crate::carry_table::{TwoChunk, bits_at, opened_product, set_bits};
+use crate::carry_table::{TwoChunk, opened_product};
 use crate::dealer::{random_bits, share, split_draws};
 use crate::error::{GateError, check_len};
 use crate::gate::Gate;
@@ -52,7 +52,7 @@ pub struct DeferredGain {
     pub in_bits: u32,
     /// The first shift.
     pub s1: u32,
-    /// The second shift (`n − s1 ≥ s2`).
+    /// The second shift (`k − s1 ≥ s2`, `s2 ≤ 17`).
     pub s2: u32,
     /// Elements.
     pub len: usize,
@@ -123,12 +123,6 @@ impl DeferredGain {
         check_len("beta", cols, self.beta.len())
     }
 
-    /// Whether the second shift fits the tables (`s2 ≤ 17`); the rest of [`DeferredGain::check`]
-    /// is on the widths a normalisation gives it.
-    pub fn supports(s2: u32) -> bool {
-        TwoChunk::supports(s2)
-    }
-
     fn chunks(&self) -> TwoChunk {
         TwoChunk::new(self.s2)
     }
@@ -187,17 +181,21 @@ impl DeferredGain {
         let mut masks: Vec<[u64; 4]> = (0..len).map(|i| self.masks(r[i], z1[i], gamma[i % cols])).collect();
         // `μ₁` changes `M` by a multiple of `2^{k−s1}`, not its low `s2` bits: one table
         // set per `ĉ₁`, element `i`'s for `ĉ₁` at set `2i + ĉ₁`.
-        let (chunks, nz) = (self.chunks(), self.chunks().opened_bits());
-        let (tb, sb) = (chunks.table_bits(), chunks.table_bits() + nz);
+        let chunks = self.chunks();
+        let (nz, sb) = (chunks.opened_bits(), chunks.slot_bits());
         // The opened bits' masks for each `ĉ₁` (both are opened), `z_a` first (`z_a, z_e,
         // z_b`, or `z_a` alone), in each slot after its tables.
         let mut z = random_bits(rng, 2 * nz * len);
         let mut tables = vec![0u64; (2 * len * sb).div_ceil(64)];
         for (i, mk) in masks.iter().enumerate() {
             for c in 0..2 {
-                let slot = (2 * i + c) * sb;
-                chunks.fill(&mut tables, slot, mk[2 * c] & mask(s2));
-                set_bits(&mut tables, slot + tb, &z[(2 * i + c) * nz..(2 * i + c + 1) * nz]);
+                let slot = 2 * i + c;
+                chunks.fill_slot(
+                    &mut tables,
+                    slot * sb,
+                    mk[2 * c] & mask(s2),
+                    &z[slot * nz..(slot + 1) * nz],
+                );
             }
         }
         let mut t0 = vec![0u64; tables.len()];
@@ -286,18 +284,14 @@ impl DeferredGain {
         // bits read that value's tables now. One round opens `ĉ₁` and both sets of `a, e, b`,
         // masked: bit 0, then `ĉ₁ = 0`'s, then `ĉ₁ = 1`'s.
         let own = party_term(ctx.party());
-        let (chunks, nz) = (self.chunks(), self.chunks().opened_bits());
-        let (tb, sb) = (chunks.table_bits(), chunks.table_bits() + nz);
+        let chunks = self.chunks();
+        let (nz, sb) = (chunks.opened_bits(), chunks.slot_bits());
         // `Â + 2^{n−2}` for `ĉ₁ = 0` (for `ĉ₁ = 1` it is `γ` less).
         let affine = |z: u64, g: u64, b: u64| -> u64 {
             let u = (lift(z) >> s1).wrapping_sub(1 << (k - s1 - 2));
             g.wrapping_mul(u).wrapping_add(b).wrapping_add(1 << (n - 2)) & m
         };
-        // A slot's opened bits: its tables read at `x`, XOR its masks.
-        let field = |slot: usize, x: u64| {
-            let at = slot * sb;
-            chunks.field(&key.tables, at, x & mask(s2), own) ^ bits_at(&key.tables, at + tb, nz as u32)
-        };
+        let field = |slot: usize, x: u64| chunks.masked_field(&key.tables, slot * sb, x & mask(s2), own);
         let mut bits = Vec::with_capacity(self.len);
         for (i0, row) in zh.chunks(cols).enumerate() {
             let at = i0 * cols;
@@ -347,9 +341,8 @@ impl DeferredGain {
     fn read_key(&self, r: &mut BitReader<'_>, party: Party) -> Result<DeferredGainKey, DecodeError> {
         let first = MaskedBitKey::read(self.s1, party, self.len, r)?;
         let chunks = self.chunks();
-        let slot = chunks.table_bits() + chunks.opened_bits();
         let mut tables = Vec::new();
-        r.get_share_bits_packed(table_words(2 * self.len * slot) * 64, &mut tables)?;
+        r.get_share_bits_packed((2 * self.len * chunks.slot_bits()).div_ceil(64) * 64, &mut tables)?;
         let mut words = |bits: u32| get_words(r, self.len, bits);
         let offset = [words(self.bits)?, words(self.bits)?, words(self.bits)?, words(self.bits)?];
         let flip = [words(self.bits)?, words(self.bits)?];
@@ -368,11 +361,6 @@ impl DeferredGain {
 fn unzip<const N: usize>(mut v: [(Vec<u64>, Vec<u64>); N]) -> ([Vec<u64>; N], [Vec<u64>; N]) {
     let first = std::array::from_fn(|k| std::mem::take(&mut v[k].0));
     (first, std::array::from_fn(|k| std::mem::take(&mut v[k].1)))
-}
-
-/// 64-bit words of `bits` table bits.
-fn table_words(bits: usize) -> usize {
-    bits.div_ceil(64)
 }
 
 impl DeferredGainKey {
