@@ -8,12 +8,13 @@
 
 use fss::DecodeError;
 use fss::codec::{BitReader, BitWriter};
+use fss::packed::PackedWords;
 use fss::ring::mask;
 use fss::rng::{Split, SplitRng};
 
 /// Shares of one dealer word, element by element (`len` of them), in the narrowest class
 /// that holds its width. (No `Debug`: it is key material.)
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub(crate) enum WordColumn {
     /// Width 1: bit `e % 64` of `v[e / 64]`.
     Bits(Vec<u64>),
@@ -25,6 +26,26 @@ pub(crate) enum WordColumn {
     /// splits the words ([`Split::Resplit`](fss::rng::Split)), which is never stored as it
     /// is (nothing allocated, written or subtracted for it).
     Zero,
+    /// Width 2..=64, as read from a key: the stored words as stored, this party's pad words
+    /// as a position in its pad ([`PackedWords`]), widened a block at a time by
+    /// [`WordColumn::block`]. Decoding words into 32- or 64-bit ones ahead of the online
+    /// phase wrote, read and wiped twice their stored bytes.
+    Packed(PackedWords),
+}
+
+/// [`WordColumn::block`]'s buffers: a block's words, widened, and the pad bytes they were
+/// read from. Wiped when dropped (they hold key words).
+#[derive(Default)]
+pub(crate) struct WordBuf {
+    words: Vec<u64>,
+    pad: Vec<u8>,
+}
+
+impl Drop for WordBuf {
+    fn drop(&mut self) {
+        fss::wipe::wipe(&mut self.words);
+        fss::wipe::wipe(&mut self.pad);
+    }
 }
 
 impl WordColumn {
@@ -135,6 +156,11 @@ impl WordColumn {
             WordColumn::Wide(a) => {
                 values.iter_mut().zip(&a[e]).for_each(|(v, &x)| *v = v.wrapping_sub(x) & m)
             }
+            WordColumn::Packed(_) => {
+                let mut buf = WordBuf::default();
+                let a = first.block(e, &mut buf);
+                values.iter_mut().zip(a).for_each(|(v, &x)| *v = v.wrapping_sub(x) & m)
+            }
             WordColumn::Bits(_) | WordColumn::Zero => {}
         }
         match self {
@@ -152,6 +178,7 @@ impl WordColumn {
             WordColumn::Narrow(b) => b.extend(values.iter().map(|&v| v as u32)),
             WordColumn::Wide(b) => b.extend_from_slice(values),
             WordColumn::Zero => unreachable!("the second share is never the zero column"),
+            WordColumn::Packed(_) => unreachable!("the dealer's columns are never packed"),
         }
     }
 
@@ -166,12 +193,8 @@ impl WordColumn {
                 r.get_share_bits_packed(len, &mut v)?;
                 WordColumn::Bits(v)
             }
-            2..=32 => {
-                let mut v = Vec::new();
-                r.get_share_run_map(width, len, &mut v, |x| x as u32)?;
-                WordColumn::Narrow(v)
-            }
-            _ => WordColumn::Wide(gates::keyio::get_words(r, len, width)?),
+            2..=64 => WordColumn::Packed(r.get_share_run_packed(width, len)?),
+            _ => return Err(DecodeError::InvalidField("a dealer word wider than 64 bits")),
         })
     }
 
@@ -183,30 +206,50 @@ impl WordColumn {
             WordColumn::Wide(v) => w.put_share_run(width, len, |e| v[e]),
             WordColumn::Zero if width <= 1 => w.put_share_bits(len, &vec![0; len.div_ceil(64)]),
             WordColumn::Zero => w.put_share_run(width, len, |_| 0),
+            WordColumn::Packed(p) => {
+                let mut buf = WordBuf::default();
+                let v = self.block(0..len.min(p.len()), &mut buf);
+                w.put_share_run(width, len, |e| v[e]);
+            }
         }
     }
 
     /// Elements `r` as 64-bit words: a slice of the column when it is wide, else widened
-    /// into `buf` (at least `r.len()` long).
+    /// into `buf` (read from the stored bytes or generated from the pad when packed).
     #[inline]
-    pub(crate) fn block<'a>(&'a self, r: std::ops::Range<usize>, buf: &'a mut [u64]) -> &'a [u64] {
+    pub(crate) fn block<'a>(&'a self, r: std::ops::Range<usize>, buf: &'a mut WordBuf) -> &'a [u64] {
         let n = r.len();
+        // The block's words in `buf`, grown to hold them (never shrunk).
+        let room = |words: &'a mut Vec<u64>| {
+            if words.len() < n {
+                words.resize(n, 0);
+            }
+            &mut words[..n]
+        };
         match self {
             WordColumn::Wide(v) => &v[r],
+            WordColumn::Packed(p) => {
+                buf.words.clear();
+                p.read_into(r, &mut buf.words, &mut buf.pad);
+                &buf.words
+            }
             WordColumn::Narrow(v) => {
-                buf[..n].iter_mut().zip(&v[r]).for_each(|(b, &x)| *b = x as u64);
-                &buf[..n]
+                let out = room(&mut buf.words);
+                out.iter_mut().zip(&v[r]).for_each(|(b, &x)| *b = x as u64);
+                out
             }
             WordColumn::Bits(v) => {
-                for (i, b) in buf[..n].iter_mut().enumerate() {
+                let out = room(&mut buf.words);
+                for (i, b) in out.iter_mut().enumerate() {
                     let e = r.start + i;
                     *b = (v[e / 64] >> (e % 64)) & 1;
                 }
-                &buf[..n]
+                out
             }
             WordColumn::Zero => {
-                buf[..n].fill(0);
-                &buf[..n]
+                let out = room(&mut buf.words);
+                out.fill(0);
+                out
             }
         }
     }
@@ -233,6 +276,18 @@ impl WordColumn {
             }
             WordColumn::Wide(v) => out.iter_mut().zip(&v[..len]).for_each(|(d, &x)| *d ^= (x & 1) << shift),
             WordColumn::Zero => {}
+            WordColumn::Packed(_) => self.each_block(len, |e0, v| {
+                out[e0..e0 + v.len()].iter_mut().zip(v).for_each(|(d, &x)| *d ^= (x & 1) << shift)
+            }),
+        }
+    }
+
+    /// `f(e0, words e0..e0 + k)` for the first `len` elements, a block of at most
+    /// [`LOW_BIT_BLOCK`] at a time.
+    fn each_block(&self, len: usize, mut f: impl FnMut(usize, &[u64])) {
+        let mut buf = WordBuf::default();
+        for e0 in (0..len).step_by(LOW_BIT_BLOCK) {
+            f(e0, self.block(e0..(e0 + LOW_BIT_BLOCK).min(len), &mut buf));
         }
     }
 
@@ -244,6 +299,9 @@ impl WordColumn {
             WordColumn::Narrow(v) => v[..len].iter().enumerate().for_each(|(e, &x)| f(e, x as u64 & 1)),
             WordColumn::Wide(v) => v[..len].iter().enumerate().for_each(|(e, &x)| f(e, x & 1)),
             WordColumn::Zero => (0..len).for_each(|e| f(e, 0)),
+            WordColumn::Packed(_) => {
+                self.each_block(len, |e0, v| v.iter().enumerate().for_each(|(i, &x)| f(e0 + i, x & 1)))
+            }
         }
     }
 
@@ -252,10 +310,47 @@ impl WordColumn {
         match self {
             WordColumn::Bits(v) | WordColumn::Wide(v) => fss::wipe::wipe(v),
             WordColumn::Narrow(v) => fss::wipe::wipe(v),
+            WordColumn::Packed(p) => p.wipe(),
             WordColumn::Zero => {}
         }
     }
+
+    /// Elements, where the column knows them (a one-bit column: rounded up to 64; the zero
+    /// column: none).
+    fn elements(&self) -> Option<usize> {
+        match self {
+            WordColumn::Bits(v) => Some(64 * v.len()),
+            WordColumn::Narrow(v) => Some(v.len()),
+            WordColumn::Wide(v) => Some(v.len()),
+            WordColumn::Packed(p) => Some(p.len()),
+            WordColumn::Zero => None,
+        }
+    }
 }
+
+/// Elements a block of [`WordColumn::xor_low_bits_shifted`] and
+/// [`WordColumn::each_low_bit`] widens at a time.
+const LOW_BIT_BLOCK: usize = 1024;
+
+/// Columns are equal when their elements are, whatever their classes (a column read from
+/// a key is [`WordColumn::Packed`], the dealer's is not); the zero column equals a column
+/// of zeros.
+impl PartialEq for WordColumn {
+    fn eq(&self, other: &WordColumn) -> bool {
+        let len = match (self.elements(), other.elements()) {
+            (Some(a), Some(b)) if a != b => return false,
+            (Some(a), _) | (None, Some(a)) => a,
+            (None, None) => return true,
+        };
+        let (mut a, mut b) = (WordBuf::default(), WordBuf::default());
+        (0..len).step_by(LOW_BIT_BLOCK).all(|e0| {
+            let r = e0..(e0 + LOW_BIT_BLOCK).min(len);
+            self.block(r.clone(), &mut a) == other.block(r, &mut b)
+        })
+    }
+}
+
+impl Eq for WordColumn {}
 
 #[cfg(test)]
 mod tests {
@@ -265,7 +360,7 @@ mod tests {
 
     /// The elements of a column as words.
     fn words_of(c: &WordColumn, len: usize) -> Vec<u64> {
-        let mut buf = vec![0u64; len];
+        let mut buf = WordBuf::default();
         c.block(0..len, &mut buf).to_vec()
     }
 
@@ -372,21 +467,34 @@ mod tests {
             assert_eq!(bytes.len(), (len * width as usize).div_ceil(8));
             let back = WordColumn::read(&mut BitReader::new(&bytes), len, width).unwrap();
             assert!(back == col, "width {width}");
-            let mut buf = vec![0u64; len];
-            for (a, b) in [(0, len), (0, 64), (3, 130), (64, 200), (199, 200)] {
-                assert_eq!(col.block(a..b, &mut buf), &values[a..b], "width {width} block {a}..{b}");
+            // Read from a key, a column of two or more bits is kept packed as stored.
+            assert_eq!(matches!(back, WordColumn::Packed(_)), width >= 2, "width {width}");
+            let mut rewritten = BitWriter::new();
+            back.write(&mut rewritten, len, width);
+            assert_eq!(rewritten.finish(), bytes, "width {width}");
+            for c in [&col, &back] {
+                let mut buf = WordBuf::default();
+                for (a, b) in [(0, len), (0, 64), (3, 130), (64, 200), (199, 200)] {
+                    assert_eq!(c.block(a..b, &mut buf), &values[a..b], "width {width} block {a}..{b}");
+                }
+                let mut low = vec![1u64; len];
+                c.xor_low_bits(&mut low);
+                let mut shifted = vec![1u64; len];
+                c.xor_low_bits_shifted(&mut shifted, 5);
+                let mut seen = vec![];
+                c.each_low_bit(len, |e, bit| seen.push((e, bit)));
+                for e in 0..len {
+                    assert_eq!(low[e], 1 ^ (values[e] & 1), "width {width} e {e}");
+                    assert_eq!(shifted[e], 1 ^ (values[e] & 1) << 5, "width {width} e {e}");
+                    assert_eq!(seen[e], (e, values[e] & 1));
+                }
             }
-            let mut low = vec![1u64; len];
-            col.xor_low_bits(&mut low);
-            let mut shifted = vec![1u64; len];
-            col.xor_low_bits_shifted(&mut shifted, 5);
-            let mut seen = vec![];
-            col.each_low_bit(len, |e, bit| seen.push((e, bit)));
-            for e in 0..len {
-                assert_eq!(low[e], 1 ^ (values[e] & 1), "width {width} e {e}");
-                assert_eq!(shifted[e], 1 ^ (values[e] & 1) << 5, "width {width} e {e}");
-                assert_eq!(seen[e], (e, values[e] & 1));
-            }
+            // Equal by elements: one element changed, or one more, is another column.
+            let mut other = values.clone();
+            other[len / 2] ^= 1;
+            assert!(back != WordColumn::new(other, width), "width {width}");
+            assert!(back != WordColumn::new([&values[..], &[0]].concat(), width) || width <= 1);
+            let mut buf = WordBuf::default();
             // The zero column reads as, and writes the bytes of, zeros of the class.
             let zeros = WordColumn::new(vec![0; len], width);
             let mut wz = BitWriter::new();

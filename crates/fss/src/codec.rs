@@ -28,6 +28,7 @@
 
 use crate::error::DecodeError;
 use crate::fields::{Pack64, read_fields};
+use crate::packed::PackedWords;
 use crate::pad::{PadStream, RootStream};
 use crate::ring::mask;
 use crate::share::Party;
@@ -1035,9 +1036,16 @@ impl<'a> BitReader<'a> {
         }
         // Segments on one side of the split: bits up to a word boundary of `out`, then whole
         // words read as one run (from the pad or the stream), then the last bits.
+        // `out` grows with the bits placed (a word zeroed as it is first written, never
+        // the whole run ahead of the words appended over it).
         let base = out.len();
-        let words = count.div_ceil(64);
-        out.resize(base + words, 0);
+        out.reserve(count.div_ceil(64));
+        let grow = |out: &mut Vec<u64>, bits: usize| {
+            let want = base + bits.div_ceil(64);
+            if out.len() < want {
+                out.resize(want, 0);
+            }
+        };
         let mut i = 0;
         while i < count {
             let (seg, mine) = self.pad.as_mut().expect("a pad").segment(1, count - i);
@@ -1054,22 +1062,23 @@ impl<'a> BitReader<'a> {
             };
             let head = ((64 - i % 64) % 64).min(seg);
             if head > 0 {
+                grow(out, i + head);
                 part(self, i, head, out)?;
             }
             let j = i + head;
             let whole = (end - j) / 64;
             if whole > 0 {
-                // (`out` from word `j / 64` on is zeros: taken off, appended, put back.)
-                out.truncate(base + j / 64);
+                // (`out` ends at word `j / 64`: the whole words are appended.)
+                debug_assert_eq!(out.len(), base + j / 64);
                 if mine {
                     self.pad.as_mut().expect("a pad").pad.take_bit_string(64 * whole, out);
                 } else {
                     self.get_bit_string(64 * whole, out)?;
                 }
-                out.resize(base + words, 0);
             }
             let j = j + 64 * whole;
             if end > j {
+                grow(out, end);
                 part(self, j, end - j, out)?;
             }
             i = end;
@@ -1106,6 +1115,54 @@ impl<'a> BitReader<'a> {
             left -= k;
         }
         Ok(())
+    }
+
+    /// Read `count` share words of `bits` (1..=64) bits each, kept as stored
+    /// ([`PackedWords`]: the words the key holds copied as they are, this party's pad
+    /// words left in the pad). The words and the reader's position are those of
+    /// [`BitReader::get_share_run_map`].
+    ///
+    /// # Errors
+    /// As [`BitReader::get_run`] (nothing is read).
+    pub fn get_share_run_packed(&mut self, bits: u32, count: usize) -> Result<PackedWords, DecodeError> {
+        assert!((1..=64).contains(&bits), "share words of {bits} bits");
+        let mut out = PackedWords::new(bits);
+        // The words stored (the other party's pad words are among them) take their bits.
+        let stored: u64 = match &self.pad {
+            None => count as u64,
+            Some(p) => {
+                // (As `PadSplit::segment` walks them, without moving the reader.)
+                let (mut offset, mut left, mut n) = (p.offset, count, 0u64);
+                while left > 0 {
+                    let below = offset < p.split;
+                    let k = side_run(offset, p.split, bits, left);
+                    offset += k as u64 * bits as u64;
+                    n += if below == p.seeded_below { 0 } else { k as u64 };
+                    left -= k;
+                }
+                n
+            }
+        };
+        self.ensure(stored * bits as u64)?;
+        let mut left = count;
+        while left > 0 {
+            let (k, mine) = match self.pad.as_mut() {
+                None => (left, false),
+                Some(p) => p.segment(bits, left),
+            };
+            if let Some(p) = self.pad.as_mut() {
+                if mine {
+                    out.push_pad(p.pad.cipher(), p.pad.position(), k);
+                }
+                p.pad.skip(k as u64 * bits as u64);
+            }
+            if !mine {
+                out.push_stored(self.data, self.pos, k);
+                self.pos += k as u64 * bits as u64;
+            }
+            left -= k;
+        }
+        Ok(out)
     }
 
     /// [`DecodeError::Truncated`] unless `bits` more bits remain.
@@ -1528,6 +1585,74 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A run of share words kept packed reads, block by block at any offset, the words a
+    /// mapped run reads, and leaves the reader (and its pad) where that run does: with and
+    /// without a pad, across the split and on either side of it, behind any offset, at
+    /// every class of width. A short stream is an error.
+    #[test]
+    fn packed_share_runs_are_the_mapped_reads() {
+        use crate::pad::PadStream;
+        use crate::rng::{DealerRng, Rng, SeedableRng};
+        let mut rng = DealerRng::seed_from_u64(22);
+        let data: Vec<u8> = (0..40_000).map(|_| rng.next_u64() as u8).collect();
+        let splits = [None, Some(0u64), Some(1), Some(37), Some(4000), Some(100_000), Some(1 << 40)];
+        let mut scratch = vec![];
+        for bits in [1u32, 2, 13, 32, 33, 37, 57, 58, 64] {
+            for lead in [0u32, 3, 64, 101] {
+                for count in [0usize, 1, 7, 8, 9, 511, 2000] {
+                    for split in splits {
+                        for seeded_below in [true, false] {
+                            let reader = || {
+                                let mut r = match split {
+                                    Some(s) => BitReader::with_pad(
+                                        &data,
+                                        PadStream::new(&[5u8; 16]),
+                                        s,
+                                        seeded_below,
+                                    ),
+                                    None => BitReader::new(&data),
+                                };
+                                r.get(lead.min(64)).unwrap();
+                                r.get(lead.saturating_sub(64)).unwrap();
+                                r
+                            };
+                            let at = format!(
+                                "bits {bits} lead {lead} count {count} split {split:?} {seeded_below}"
+                            );
+                            let mut mapped = reader();
+                            let mut want = vec![];
+                            mapped.get_share_run_map(bits, count, &mut want, |x| x).unwrap();
+                            let mut run = reader();
+                            let packed = run.get_share_run_packed(bits, count).unwrap();
+                            assert_eq!((packed.len(), packed.bits()), (count, bits), "{at}");
+                            for r in [0..count, 0..count / 2, count / 3..count, count / 2..count / 2 + 1] {
+                                if r.end > count {
+                                    continue;
+                                }
+                                let mut got = vec![];
+                                packed.read_into(r.clone(), &mut got, &mut scratch);
+                                assert_eq!(got, want[r.clone()], "{at} {r:?}");
+                            }
+                            assert_eq!(run.get_share(17).unwrap(), mapped.get_share(17).unwrap(), "{at}");
+                            assert_eq!(run.remaining_bits(), mapped.remaining_bits(), "{at}");
+                            if split.is_none() {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Short: an error, nothing read; no pad words to stand in for the missing bytes.
+        let mut r = BitReader::new(&data[..10]);
+        assert!(r.get_share_run_packed(37, 3).is_err());
+        assert_eq!(r.remaining_bits(), 80);
+        let mut r = BitReader::with_pad(&data[..10], PadStream::new(&[5u8; 16]), 1 << 40, false);
+        assert!(r.get_share_run_packed(37, 3).is_err());
+        let mut r = BitReader::with_pad(&data[..10], PadStream::new(&[5u8; 16]), 1 << 40, true);
+        assert_eq!(r.get_share_run_packed(37, 1000).unwrap().len(), 1000, "all pad words");
     }
 
     #[test]

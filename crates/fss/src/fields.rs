@@ -60,8 +60,8 @@ pub(crate) fn read_fields<T>(
 
 /// Append bits `pos .. pos + nbits` of `data` (little-endian bit order, as [`crate::codec`]
 /// writes) to `out` as a bit string, 64 to a word (the last word's bits past them clear):
-/// the bytes copied in one `memcpy`, then shifted into place a word at a time (no
-/// reallocation beyond the `⌈nbits / 64⌉` words appended).
+/// the bytes copied a word at a time, then shifted into place (no reallocation beyond the
+/// `⌈nbits / 64⌉` words appended).
 ///
 /// # Panics
 /// Unless `data` holds the bits.
@@ -74,15 +74,21 @@ pub(crate) fn copy_bit_string(data: &[u8], pos: u64, nbits: usize, out: &mut Vec
     let nbytes = (s as usize + nbits).div_ceil(8);
     let src = &data[f..f + nbytes];
     let base = out.len();
-    out.resize(base + words, 0);
-    let dst = &mut out[base..];
     // (At most one byte more than the words hold: the last word's top bits when shifted.)
     let fit = nbytes.min(8 * words);
-    bytemuck::cast_slice_mut::<u64, u8>(dst)[..fit].copy_from_slice(&src[..fit]);
-    let extra = src.get(fit).map_or(0, |&b| b as u64);
-    if cfg!(target_endian = "big") {
-        dst.iter_mut().for_each(|w| *w = u64::from_le(*w));
+    // The words appended as they are read (no zeroing ahead of the copy): `fit` bytes are
+    // `words` words, the last one maybe short.
+    out.reserve(words);
+    let (full, rest) = src[..fit].as_chunks::<8>();
+    out.extend(full.iter().map(|c| u64::from_le_bytes(*c)));
+    if !rest.is_empty() {
+        let mut last = [0u8; 8];
+        last[..rest.len()].copy_from_slice(rest);
+        out.push(u64::from_le_bytes(last));
     }
+    debug_assert_eq!(out.len(), base + words);
+    let dst = &mut out[base..];
+    let extra = src.get(fit).map_or(0, |&b| b as u64);
     if s > 0 {
         for i in 0..words - 1 {
             dst[i] = dst[i] >> s | dst[i + 1] << (64 - s);

@@ -46,6 +46,7 @@ pub mod dcf;
 pub mod dpf;
 pub mod error;
 mod fields;
+pub mod packed;
 pub mod pad;
 pub mod prg;
 pub mod recycle;

@@ -70,6 +70,16 @@ impl PadStream {
         self.pos = abs % 128;
     }
 
+    /// The position of the next bit read, from the pad's first bit.
+    pub(crate) fn position(&self) -> u64 {
+        self.base * 8 + self.pos
+    }
+
+    /// The pad's cipher: its bit `i` is bit `i % 128` of AES-128 of counter `i / 128`.
+    pub(crate) fn cipher(&self) -> &Aes128Enc {
+        &self.cipher
+    }
+
     /// The next `bits ≤ 64` bits.
     #[inline]
     pub fn take(&mut self, bits: u32) -> u64 {
@@ -165,7 +175,7 @@ impl PadStream {
 
 /// Fill `blocks` with AES-128 of the counters `ctr, ctr + 1, …` (counter mode), and advance
 /// `ctr` past them.
-fn counter_blocks(cipher: &Aes128Enc, ctr: &mut u128, blocks: &mut [AesBlock]) {
+pub(crate) fn counter_blocks(cipher: &Aes128Enc, ctr: &mut u128, blocks: &mut [AesBlock]) {
     for b in blocks.iter_mut() {
         *b = ctr.to_le_bytes().into();
         *ctr += 1;

@@ -13,6 +13,7 @@ use super::plan::GateRef;
 use crate::parity::words_for;
 use crate::program::{FTerm, Form, Program, Src};
 use crate::sym::PVar;
+use crate::word_column::WordBuf;
 
 /// Where a form reads a public variable from, element by element.
 #[derive(Clone, Copy)]
@@ -156,7 +157,7 @@ pub(super) fn eval_form(
         cols: vec![0u64; fp.factors.len() * stride],
         lcols: vec![0u64; fp.lused.len() * stride],
         tmp: vec![0u64; stride],
-        wbuf: vec![0u64; stride],
+        wbuf: WordBuf::default(),
     };
     for e0 in (0..g.len).step_by(stride) {
         let e1 = (e0 + stride).min(g.len);
@@ -213,7 +214,7 @@ struct FormBuffers {
     cols: Vec<u64>,
     lcols: Vec<u64>,
     tmp: Vec<u64>,
-    wbuf: Vec<u64>,
+    wbuf: WordBuf,
 }
 
 /// What [`eval_form`] works out once per form: the public monomials and locals it reads
