@@ -229,9 +229,9 @@ impl WordColumn {
         match self {
             WordColumn::Wide(v) => &v[r],
             WordColumn::Packed(p) => {
-                buf.words.clear();
-                p.read_into(r, &mut buf.words, &mut buf.pad);
-                &buf.words
+                let out = room(&mut buf.words);
+                p.read_into(r, out, &mut buf.pad);
+                out
             }
             WordColumn::Narrow(v) => {
                 let out = room(&mut buf.words);

@@ -1631,7 +1631,7 @@ mod tests {
                                 if r.end > count {
                                     continue;
                                 }
-                                let mut got = vec![];
+                                let mut got = vec![0; r.len()];
                                 packed.read_into(r.clone(), &mut got, &mut scratch);
                                 assert_eq!(got, want[r.clone()], "{at} {r:?}");
                             }

@@ -58,6 +58,42 @@ pub(crate) fn read_fields<T>(
     safe
 }
 
+/// The fields of `bits` (1..=64) bits at bits `pos`, `pos + bits`, … of `data` into `out`
+/// (one per word), as [`read_fields`] reads them, for a `data` that holds every field's
+/// read window (8 bytes for `bits ≤ 57`, else 16): written in place, eight at a time
+/// through [`unpack8`] where the build has AVX-512 VBMI (no capacity checks, for the
+/// blocks a form reads at evaluation, [`crate::packed`]).
+///
+/// # Panics
+/// Unless `data` holds every field's window.
+pub(crate) fn read_fields_into(data: &[u8], pos: u64, bits: u32, out: &mut [u64]) {
+    let count = out.len();
+    let (m, b) = (mask(bits), bits as u64);
+    if bits <= 57 {
+        let groups = unpack8::groups(data.len(), pos, bits, count);
+        if groups > 0 {
+            let unpack = unpack8::Unpack8::new(pos, bits);
+            let first = (pos / 8) as usize;
+            for (g, o) in out[..8 * groups].chunks_exact_mut(8).enumerate() {
+                let at = first + g * bits as usize;
+                o.copy_from_slice(&unpack.fields(&data[at..at + 64]));
+            }
+        }
+        for (i, o) in out.iter_mut().enumerate().skip(8 * groups) {
+            let p = pos + i as u64 * b;
+            let first = (p / 8) as usize;
+            *o = (u64::from_le_bytes(data[first..first + 8].try_into().expect("8 bytes")) >> (p % 8)) & m;
+        }
+        return;
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        let p = pos + i as u64 * b;
+        let first = (p / 8) as usize;
+        let w = u128::from_le_bytes(data[first..first + 16].try_into().expect("16 bytes"));
+        *o = (w >> (p % 8)) as u64 & m;
+    }
+}
+
 /// Append bits `pos .. pos + nbits` of `data` (little-endian bit order, as [`crate::codec`]
 /// writes) to `out` as a bit string, 64 to a word (the last word's bits past them clear):
 /// the bytes copied a word at a time, then shifted into place (no reallocation beyond the

@@ -15,7 +15,7 @@ use crate::prg::AesBlock;
 use aes::Aes128Enc;
 
 /// Bytes kept past the last stored field: every field's read window
-/// ([`crate::fields::read_fields`]) lies inside.
+/// ([`crate::fields::read_fields_into`]) lies inside.
 const SLACK: usize = 16;
 
 /// `len` share words of `bits` (1..=64) bits, as stored or as pad positions. (No `Debug`:
@@ -89,10 +89,10 @@ impl PackedWords {
         self.bits
     }
 
-    /// Words `r` (inside `0..len`), appended to `out`; pad words are generated in `scratch`
-    /// (which then holds key material: its owner wipes it).
-    pub fn read_into(&self, r: Range<usize>, out: &mut Vec<u64>, scratch: &mut Vec<u8>) {
-        assert!(r.end <= self.len, "words {r:?} of {}", self.len);
+    /// Words `r` (inside `0..len`) into `out` (of `r.len()` words); pad words are generated
+    /// in `scratch` (which then holds key material: its owner wipes it).
+    pub fn read_into(&self, r: Range<usize>, out: &mut [u64], scratch: &mut Vec<u8>) {
+        assert!(r.end <= self.len && out.len() == r.len(), "words {r:?} of {}", self.len);
         let b = self.bits as u64;
         for (i, part) in self.parts.iter().enumerate() {
             let (from, to) = (part.from(), self.parts.get(i + 1).map_or(self.len, Part::from));
@@ -100,25 +100,23 @@ impl PackedWords {
             if a >= z {
                 continue;
             }
-            let (k, skip) = (z - a, (a - from) as u64 * b);
-            let got = match part {
+            let (dst, skip) = (&mut out[a - r.start..z - r.start], (a - from) as u64 * b);
+            match part {
                 Part::Stored { shift, bytes, .. } => {
-                    crate::fields::read_fields(bytes, *shift as u64 + skip, self.bits, k, out, |x| x)
+                    crate::fields::read_fields_into(bytes, *shift as u64 + skip, self.bits, dst)
                 }
                 Part::Pad { at, cipher, .. } => {
                     // The blocks that hold the fields, and one more for the last window.
-                    let (start, end) = (at + skip, at + skip + k as u64 * b);
+                    let (start, end) = (at + skip, at + skip + (z - a) as u64 * b);
                     let (c0, c1) = (start / 128, end.div_ceil(128) + 1);
-                    let blocks = (c1 - c0) as usize;
                     scratch.clear();
-                    scratch.resize(16 * blocks, 0);
+                    scratch.resize(16 * (c1 - c0) as usize, 0);
                     let (chunks, _) = scratch.as_chunks_mut::<16>();
                     let mut ctr = c0 as u128;
                     counter_blocks(cipher, &mut ctr, AesBlock::cast_slice_from_core_mut(chunks));
-                    crate::fields::read_fields(scratch, start % 128, self.bits, k, out, |x| x)
+                    crate::fields::read_fields_into(scratch, start % 128, self.bits, dst)
                 }
-            };
-            debug_assert_eq!(got, k, "every window is inside the bytes");
+            }
         }
     }
 
