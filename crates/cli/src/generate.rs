@@ -162,7 +162,7 @@ impl Keys {
         };
         let dirs = [dir.join("party0"), dir.join("party1")];
         for d in &dirs {
-            service::private::create_dir(d).with_context(|| format!("creating {}", d.display()))?;
+            crate::interrupt::create_dir(d).with_context(|| format!("creating {}", d.display()))?;
         }
         let n = m.fx.fx.n;
         let mut w0 = BundleWriter::create_in(&dirs[0], n, &header(Party::P0))?;

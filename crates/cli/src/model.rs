@@ -616,7 +616,7 @@ impl DiskKeys {
         };
         let dirs = [dir.join("party0"), dir.join("party1")];
         for d in &dirs {
-            service::private::create_dir(d)?;
+            crate::interrupt::create_dir(d)?;
         }
         let mut w0 = BundleWriter::create(&dirs[0], g, &header(Party::P0))?;
         let mut w1 = BundleWriter::create(&dirs[1], g, &header(Party::P1))?;

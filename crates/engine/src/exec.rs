@@ -311,12 +311,15 @@ fn deal_step_split(
     let mut report = DealReport::default();
     // Gate nodes whose masks are drawn and whose keys are still to be made: a batch of them
     // is dealt at once, in parallel (each with its own generator seeded from `rng`), then
-    // handed to the sinks in node order. Up to four gates per thread, so that a large gate
-    // and a small one do not leave a thread idle (one per thread, bert-tiny's key generation
-    // took 482–493 ms for FuseFSS and 723–755 ms for SIGMA against 427–472 and 524–584,
-    // `bench model --impl both --reps 7`), but fewer when they are large: a batch's keys
-    // wait in memory.
-    let batch = (4 * rayon::current_num_threads()).clamp(1, 16);
+    // handed to the sinks in node order. Up to 16 gates per thread, so that a large gate
+    // and small ones do not leave a thread idle (one per thread, bert-tiny's key generation
+    // took 482–493 ms for FuseFSS and 723–755 ms for SIGMA against 427–472 and 524–584 with
+    // four, `bench model --impl both --reps 7`; four against 16, keys to a memory file
+    // system, `--keys-dir /dev/shm/…`: bert-tiny 98–102 → 81–86 ms for FuseFSS and 122–129
+    // → 108–116 ms for SIGMA, MiniLM seq 32 233 → 202 and 298–340 → 260–273 ms), but fewer
+    // when they are large (`BATCH_ELEMENTS`): a batch's keys wait in memory (bert-tiny's
+    // peak resident memory ~750 MB → ~1.05 GB).
+    let batch = (16 * rayon::current_num_threads()).clamp(1, 64);
     let mut pending: Vec<Pending> = Vec::with_capacity(batch);
     let mut pending_elements = 0;
     let mut done = 0;
@@ -348,30 +351,28 @@ fn deal_step_split(
         masks.push(out);
         if pending.len() == batch || pending_elements >= BATCH_ELEMENTS || i + 1 == g.nodes.len() {
             pending_elements = 0;
-            let (dealt, took) = deal_batch(g, gates, &masks, &pending, seeded)?;
-            for ((node, ..), d) in pending.iter().zip(took) {
-                charge(&mut report.deal_cpu_by_label, g.nodes[*node].label, d);
-            }
+            let dealt = deal_batch(g, gates, &masks, &pending, seeded, s0.wants_bytes())?;
             // Each party's key bytes: as encoded, or as the encoding would store them.
             let mut account = |node: usize, [b0, b1]: [u64; 2]| {
                 report.party_key_bits[0] += 8 * b0;
                 report.party_key_bits[1] += 8 * b1;
                 charge(&mut report.by_label, g.nodes[node].label, 4 * (b0 + b1));
             };
-            if s0.wants_bytes() {
-                let encoded = encode_batch(gates, &pending, dealt);
-                for ((node, ..), ([b0, b1], d)) in pending.drain(..).zip(encoded) {
-                    charge(&mut report.encode_cpu_by_label, g.nodes[node].label, d);
-                    account(node, [b0.len() as u64, b1.len() as u64]);
-                    s0.gate_bytes(node, b0)?;
-                    s1.gate_bytes(node, b1)?;
-                }
-            } else {
-                for ((node, _, pads), pair) in pending.drain(..).zip(dealt) {
-                    account(node, pair.sizes.stored_bytes(pads.is_some()));
-                    let gate = gates[node].as_deref().expect("a gate node");
-                    s0.gate_key(node, gate, pair.k0)?;
-                    s1.gate_key(node, gate, pair.k1)?;
+            for ((node, _, pads), (keys, took)) in pending.drain(..).zip(dealt) {
+                charge(&mut report.deal_cpu_by_label, g.nodes[node].label, took);
+                match keys {
+                    BatchKeys::Encoded([b0, b1], d) => {
+                        charge(&mut report.encode_cpu_by_label, g.nodes[node].label, d);
+                        account(node, [b0.len() as u64, b1.len() as u64]);
+                        s0.gate_bytes(node, b0)?;
+                        s1.gate_bytes(node, b1)?;
+                    }
+                    BatchKeys::Keys(pair) => {
+                        account(node, pair.sizes.stored_bytes(pads.is_some()));
+                        let gate = gates[node].as_deref().expect("a gate node");
+                        s0.gate_key(node, gate, pair.k0)?;
+                        s1.gate_key(node, gate, pair.k1)?;
+                    }
                 }
             }
             // Free the masks no later node reads (all keys that read them are dealt).
@@ -405,15 +406,25 @@ const BATCH_ELEMENTS: usize = 1 << 20;
 /// seeds of the parties' pads and root streams if its keys are stored seeded.
 type Pending = (usize, [u8; 32], Option<[fss::pad::PadSeed; 2]>);
 
+/// A gate's keys as [`deal_batch`] hands them over: as dealt, or encoded for a bundle
+/// ([`DynGate::encode_pair`]) with the encoding's time.
+enum BatchKeys {
+    Keys(crate::layers::KeyPair),
+    Encoded([Vec<u8>; 2], Duration),
+}
+
 /// The keys of the gate nodes `pending`, made in parallel from the masks of their inputs
-/// and outputs, and each gate's time to make them.
+/// and outputs (each encoded as soon as it is made if `encode`: one parallel pass, no
+/// thread waiting between the dealing and the encoding of a batch, and a dealt key
+/// wiped as soon as it is encoded), and each gate's time to make them.
 fn deal_batch(
     g: &Graph,
     gates: &[Option<Box<dyn DynGate>>],
     masks: &[Vec<u64>],
     pending: &[Pending],
     seeded: Split,
-) -> Result<(Vec<crate::layers::KeyPair>, Vec<Duration>), EngineError> {
+    encode: bool,
+) -> Result<Vec<(BatchKeys, Duration)>, EngineError> {
     use fss::rng::SeedableRng;
     use rayon::prelude::*;
     let one = |(i, seed, pads): &Pending| {
@@ -425,38 +436,19 @@ fn deal_batch(
         // generator carries the mode into the gate's dealing (and nowhere else).
         let split = if pads.is_some() { seeded } else { Split::Random };
         let mut rng = DealerRng::from_seed(*seed).with_split(split);
-        fss::rng::with_root_seeds(pads.as_ref(), || gate.keygen(&ins, &masks[i + 1], &mut rng))
-            .map(|pair| (pair, t.elapsed()))
-            .map_err(|e| EngineError::at(i, e))
-    };
-    let dealt: Result<Vec<_>, _> = if pending.len() <= 1 {
-        pending.iter().map(one).collect()
-    } else {
-        pending.par_iter().map(one).collect()
-    };
-    Ok(dealt?.into_iter().unzip())
-}
-
-/// The keys of `dealt` encoded for a bundle ([`DynGate::encode_pair`]), in parallel, and
-/// each gate's time to encode them.
-fn encode_batch(
-    gates: &[Option<Box<dyn DynGate>>],
-    pending: &[Pending],
-    dealt: Vec<crate::layers::KeyPair>,
-) -> Vec<([Vec<u8>; 2], Duration)> {
-    use rayon::prelude::*;
-    let one = |(i, pair): (usize, crate::layers::KeyPair)| {
+        let pair = fss::rng::with_root_seeds(pads.as_ref(), || gate.keygen(&ins, &masks[i + 1], &mut rng))
+            .map_err(|e| EngineError::at(i, e))?;
+        let took = t.elapsed();
+        if !encode {
+            return Ok((BatchKeys::Keys(pair), took));
+        }
         let t = Instant::now();
-        let gate = gates[pending[i].0].as_deref().expect("a gate node");
-        let bytes = gate.encode_pair(&pair, pending[i].2);
+        let bytes = gate.encode_pair(&pair, *pads);
         // (The dealt keys wipe themselves as they drop, part of the encoding's time.)
         drop(pair);
-        (bytes, t.elapsed())
+        Ok((BatchKeys::Encoded(bytes, t.elapsed()), took))
     };
-    if dealt.len() <= 1 {
-        return dealt.into_iter().enumerate().map(one).collect();
-    }
-    dealt.into_par_iter().enumerate().map(one).collect()
+    if pending.len() <= 1 { pending.iter().map(one).collect() } else { pending.par_iter().map(one).collect() }
 }
 
 /// For every value, the last node that reads it.
