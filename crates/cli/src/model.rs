@@ -620,9 +620,13 @@ impl DiskKeys {
         }
         let mut w0 = BundleWriter::create(&dirs[0], g, &header(Party::P0))?;
         let mut w1 = BundleWriter::create(&dirs[1], g, &header(Party::P1))?;
-        let report = engine::deal_into(g, gates, rng, [&mut w0, &mut w1], progress)?;
+        let t = std::time::Instant::now();
+        let mut report = engine::deal_into(g, gates, rng, [&mut w0, &mut w1], progress)?;
         let bytes = w0.bytes() + w1.bytes();
         let paths = [w0.finish()?, w1.finish()?];
+        // Key generation ends when both bundles are complete on disk: the sections still
+        // behind the dealer written, and each file's closing `fsync`.
+        report.time = t.elapsed();
         let mut readers = [
             BundleReader::open(&paths[0], g, &fp, Party::P0)?,
             BundleReader::open(&paths[1], g, &fp, Party::P1)?,

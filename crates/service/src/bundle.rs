@@ -394,7 +394,7 @@ fn encode_mask(share: &[u64], n: u32) -> Vec<u8> {
 
 /// Writes one party's bundle as the dealer makes its keys; it appears under its final name
 /// only when complete ([`BundleWriter::finish`]). The file is written by a thread of its
-/// own, a few sections behind the dealer ([`WRITE_BEHIND`]), so that dealing goes on while
+/// own, behind the dealer by at most [`WRITE_BEHIND_BYTES`], so that dealing goes on while
 /// the last keys are copied out (bert-tiny's FuseFSS key generation 525–750 → 482–493 ms,
 /// `bench model --impl both --reps 7`).
 pub struct BundleWriter {
@@ -413,8 +413,12 @@ impl fmt::Debug for BundleWriter {
     }
 }
 
-/// Sections a [`BundleWriter`] holds in memory at most, handed over but not yet written.
-pub const WRITE_BEHIND: usize = 2;
+/// Section bytes a [`BundleWriter`] holds in memory at most, handed over but not yet
+/// written (a larger section waits until none are). The dealer hands a batch's sections
+/// over at once; with two sections at most it waited for the writer before it could deal
+/// the next batch (MiniLM seq 32 to a memory file system, 7 runs: FuseFSS 202–209 →
+/// 184–187 ms, SIGMA 263–265 → 218–219 ms with 64 sections).
+pub const WRITE_BEHIND_BYTES: usize = 256 << 20;
 
 /// A section handed to the writing thread: kind, node, body.
 type Frame = (u8, u32, KeyBytes);
@@ -422,8 +426,20 @@ type Frame = (u8, u32, KeyBytes);
 /// The writing thread of a [`BundleWriter`]: sections go in through `tx`; the thread ends
 /// with the file (or the first I/O error) when `tx` is dropped.
 struct Output<W = BufWriter<File>> {
-    tx: Option<std::sync::mpsc::SyncSender<Frame>>,
+    tx: Option<std::sync::mpsc::Sender<Frame>>,
     thread: Option<std::thread::JoinHandle<std::io::Result<W>>>,
+    /// The bytes handed over and not yet written ([`WRITE_BEHIND_BYTES`]).
+    behind: Arc<ByteBudget>,
+}
+
+/// Closes a writer's budget when its thread ends, however it ends: a dealer waiting to
+/// hand a section over then finds the thread stopped instead of waiting for ever.
+struct CloseOnDrop(Arc<ByteBudget>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 /// Written bytes after which the writing thread has the file's data flushed to disk in the
@@ -434,8 +450,15 @@ impl<W: Write + Send + 'static> Output<W> {
     /// Write into `out`; with `sync` (a handle on the file `out` writes, and a byte count:
     /// [`SYNC_EVERY`]), the data written is flushed to disk every that many bytes while
     /// writing goes on, so that the final `fsync` waits only for the last of it.
-    fn spawn(mut out: W, sync: Option<(File, u64)>) -> Output<W> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Frame>(WRITE_BEHIND);
+    fn spawn(out: W, sync: Option<(File, u64)>) -> Output<W> {
+        Output::spawn_behind(out, sync, WRITE_BEHIND_BYTES)
+    }
+
+    /// [`Output::spawn`] with at most `limit` bytes handed over and not yet written.
+    fn spawn_behind(mut out: W, sync: Option<(File, u64)>, limit: usize) -> Output<W> {
+        let (tx, rx) = std::sync::mpsc::channel::<Frame>();
+        let behind = Arc::new(ByteBudget::new(limit));
+        let written = CloseOnDrop(behind.clone());
         let thread = std::thread::Builder::new()
             .name("bundle-writer".into())
             .spawn(move || {
@@ -444,7 +467,11 @@ impl<W: Write + Send + 'static> Output<W> {
                 let mut unsynced = 0u64;
                 for (kind, node, body) in rx {
                     write_section(&mut out, kind, node, body.as_slice())?;
-                    unsynced += body.as_slice().len() as u64;
+                    let len = body.as_slice().len();
+                    // (The body is wiped or recycled as it drops.)
+                    drop(body);
+                    written.0.release(len);
+                    unsynced += len as u64;
                     if let Some(f) = flusher.as_ref().filter(|_| unsynced >= every) {
                         out.flush()?;
                         f.sync_soon();
@@ -455,13 +482,14 @@ impl<W: Write + Send + 'static> Output<W> {
                 Ok(out)
             })
             .expect("start the bundle writer's thread");
-        Output { tx: Some(tx), thread: Some(thread) }
+        Output { tx: Some(tx), thread: Some(thread), behind }
     }
 
-    /// Hand a section over; an error if the thread has stopped (its I/O error, if any).
+    /// Hand a section over, once the bytes behind allow it; an error if the thread has
+    /// stopped (its I/O error, if any).
     fn send(&mut self, frame: Frame) -> std::io::Result<()> {
         let tx = self.tx.as_ref().ok_or_else(|| std::io::Error::other("the bundle is closed"))?;
-        if tx.send(frame).is_ok() {
+        if self.behind.acquire(frame.2.as_slice().len()) && tx.send(frame).is_ok() {
             return Ok(());
         }
         // The thread stopped on an error: its result says which.
@@ -686,21 +714,27 @@ pub struct ReaderCpu {
 /// at a time. Bert-tiny's sections are 4.6 MB on average.
 pub const READ_AHEAD_BYTES: usize = 64 << 20;
 
-/// The bytes a reader holds ahead: it waits while a section would take them past
-/// [`READ_AHEAD_BYTES`] (unless it holds none), the online phase gives them back as it
-/// takes each section, and a dropped reader closes it.
-#[derive(Default)]
-struct AheadBudget {
+/// The bytes held between two threads: the producer waits while a section would take
+/// them past `limit` (unless none are held), the consumer gives them back as it takes each
+/// section, and either side closes it when it stops. A reader's sections read ahead
+/// ([`READ_AHEAD_BYTES`]), a writer's handed over but not yet written
+/// ([`WRITE_BEHIND_BYTES`]).
+struct ByteBudget {
+    limit: usize,
     /// (Bytes held, closed.)
     state: std::sync::Mutex<(usize, bool)>,
     freed: std::sync::Condvar,
 }
 
-impl AheadBudget {
-    /// Waits until `bytes` more fit; `false` if the reader was dropped meanwhile.
+impl ByteBudget {
+    fn new(limit: usize) -> ByteBudget {
+        ByteBudget { limit, state: std::sync::Mutex::default(), freed: std::sync::Condvar::new() }
+    }
+
+    /// Waits until `bytes` more fit; `false` if the budget was closed meanwhile.
     fn acquire(&self, bytes: usize) -> bool {
         let Ok(mut st) = self.state.lock() else { return false };
-        while !st.1 && st.0 > 0 && st.0 + bytes > READ_AHEAD_BYTES {
+        while !st.1 && st.0 > 0 && st.0 + bytes > self.limit {
             st = match self.freed.wait(st) {
                 Ok(st) => st,
                 Err(_) => return false,
@@ -774,7 +808,7 @@ enum Input {
     Direct(File, Buffers),
     /// Read by a thread ahead of time, in order, each with the bytes it holds of the
     /// budget; `None` once the end marker is checked.
-    Ahead(std::sync::mpsc::Receiver<(Result<Option<RawSection>, BundleError>, usize)>, Arc<AheadBudget>),
+    Ahead(std::sync::mpsc::Receiver<(Result<Option<RawSection>, BundleError>, usize)>, Arc<ByteBudget>),
 }
 
 /// The next section of `input` (`remaining` of the header's count left), or `None` after
@@ -993,12 +1027,13 @@ impl BundleReader {
     /// Read the rest of the bundle on a thread, at most [`READ_AHEAD_BYTES`] ahead,
     /// decoding the gates' keys there with `gates` if given.
     fn ahead(&mut self, gates: Option<engine::layers::Gates>) {
-        let placeholder = Input::Ahead(std::sync::mpsc::channel().1, Arc::default());
+        let placeholder =
+            Input::Ahead(std::sync::mpsc::channel().1, Arc::new(ByteBudget::new(READ_AHEAD_BYTES)));
         let Input::Direct(mut input, mut bufs) = std::mem::replace(&mut self.input, placeholder) else {
             return;
         };
         let (tx, rx) = std::sync::mpsc::channel();
-        let budget = Arc::new(AheadBudget::default());
+        let budget = Arc::new(ByteBudget::new(READ_AHEAD_BYTES));
         let (path, mut remaining) = (self.path.clone(), self.header.sections - self.read);
         let (party, recycle, cpu) = (self.header.party, self.recycle.clone(), self.thread_cpu.clone());
         let (held, core) = (budget.clone(), self.core);
@@ -1226,7 +1261,7 @@ mod tests {
     fn the_read_ahead_budget_holds_the_reader_back_until_bytes_come_back() {
         use std::sync::mpsc::RecvTimeoutError;
         use std::time::Duration;
-        let budget = Arc::new(AheadBudget::default());
+        let budget = Arc::new(ByteBudget::new(READ_AHEAD_BYTES));
         assert!(budget.acquire(READ_AHEAD_BYTES / 2));
         assert!(budget.acquire(READ_AHEAD_BYTES / 4));
         let waiting = |bytes: usize| {
@@ -1269,6 +1304,48 @@ mod tests {
         out.close().unwrap().flush().unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), want);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The writer holds at most its budget of bytes handed over and not yet written: a
+    /// section past it waits until the sink has taken those before it (a sink held shut
+    /// here), then goes through; the file is as if written at once.
+    #[test]
+    fn a_writer_holds_back_the_dealer_past_its_budget() {
+        use std::sync::mpsc::RecvTimeoutError;
+        use std::time::Duration;
+        /// A sink whose writes wait until it is opened.
+        struct Shut(Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>, Vec<u8>);
+        impl Write for Shut {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                let (open, cv) = &*self.0;
+                let mut g = open.lock().unwrap();
+                while !*g {
+                    g = cv.wait(g).unwrap();
+                }
+                self.1.extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let gate = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let out = Output::spawn_behind(Shut(gate.clone(), vec![]), None, 1000);
+        let out = Arc::new(std::sync::Mutex::new(out));
+        let frame = |k: u8| (k, u32::from(k), KeyBytes::from_vec(vec![k; 600]));
+        out.lock().unwrap().send(frame(1)).unwrap();
+        // 600 + 600 bytes behind would pass the budget of 1,000: the second waits.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let o = out.clone();
+        std::thread::spawn(move || tx.send(o.lock().unwrap().send(frame(2)).is_ok()).unwrap());
+        assert_eq!(rx.recv_timeout(Duration::from_millis(100)), Err(RecvTimeoutError::Timeout));
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(true));
+        let mut want = vec![];
+        write_section(&mut want, 1, 1, &[1; 600]).unwrap();
+        write_section(&mut want, 2, 2, &[2; 600]).unwrap();
+        assert_eq!(out.lock().unwrap().close().unwrap().1, want);
     }
 
     /// Sections written behind the caller come out as `write_section` writes them, in
