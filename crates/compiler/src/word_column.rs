@@ -32,7 +32,7 @@ pub(crate) enum WordColumn {
     /// Width 2..=64, as read from a key: the stored words as stored, this party's pad words
     /// as a position in its pad ([`PackedWords`]), widened a block at a time by
     /// [`WordColumn::block`]. Decoding words into 32- or 64-bit ones ahead of the online
-    /// phase wrote, read and wiped twice their stored bytes.
+    /// phase wrote, read and wiped ~1.7× their stored bytes.
     Packed(PackedWords),
 }
 
@@ -159,12 +159,8 @@ impl WordColumn {
             WordColumn::Wide(a) => {
                 values.iter_mut().zip(&a[e]).for_each(|(v, &x)| *v = v.wrapping_sub(x) & m)
             }
-            WordColumn::Packed(_) => {
-                let mut buf = WordBuf::default();
-                let a = first.block(e, &mut buf);
-                values.iter_mut().zip(a).for_each(|(v, &x)| *v = v.wrapping_sub(x) & m)
-            }
             WordColumn::Bits(_) | WordColumn::Zero => {}
+            WordColumn::Packed(_) => unreachable!("the dealer's columns are never packed"),
         }
         match self {
             WordColumn::Bits(b) => {
@@ -209,9 +205,9 @@ impl WordColumn {
             WordColumn::Wide(v) => w.put_share_run(width, len, |e| v[e]),
             WordColumn::Zero if width <= 1 => w.put_share_bits(len, &vec![0; len.div_ceil(64)]),
             WordColumn::Zero => w.put_share_run(width, len, |_| 0),
-            WordColumn::Packed(p) => {
+            WordColumn::Packed(_) => {
                 let mut buf = WordBuf::default();
-                let v = self.block(0..len.min(p.len()), &mut buf);
+                let v = self.block(0..len, &mut buf);
                 w.put_share_run(width, len, |e| v[e]);
             }
         }
@@ -331,8 +327,8 @@ impl WordColumn {
     }
 }
 
-/// Elements a block of [`WordColumn::xor_low_bits_shifted`] and
-/// [`WordColumn::each_low_bit`] widens at a time.
+/// Elements a block of [`WordColumn::xor_low_bits_shifted`], [`WordColumn::each_low_bit`]
+/// and a comparison of columns widens at a time.
 const LOW_BIT_BLOCK: usize = 1024;
 
 /// Columns are equal when their elements are, whatever their classes (a column read from

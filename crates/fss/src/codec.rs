@@ -1123,42 +1123,28 @@ impl<'a> BitReader<'a> {
     /// [`BitReader::get_share_run_map`].
     ///
     /// # Errors
-    /// As [`BitReader::get_run`] (nothing is read).
+    /// As [`BitReader::get_run`].
     pub fn get_share_run_packed(&mut self, bits: u32, count: usize) -> Result<PackedWords, DecodeError> {
         assert!((1..=64).contains(&bits), "share words of {bits} bits");
         let mut out = PackedWords::new(bits);
-        // The words stored (the other party's pad words are among them) take their bits.
-        let stored: u64 = match &self.pad {
-            None => count as u64,
-            Some(p) => {
-                // (As `PadSplit::segment` walks them, without moving the reader.)
-                let (mut offset, mut left, mut n) = (p.offset, count, 0u64);
-                while left > 0 {
-                    let below = offset < p.split;
-                    let k = side_run(offset, p.split, bits, left);
-                    offset += k as u64 * bits as u64;
-                    n += if below == p.seeded_below { 0 } else { k as u64 };
-                    left -= k;
-                }
-                n
-            }
-        };
-        self.ensure(stored * bits as u64)?;
         let mut left = count;
         while left > 0 {
             let (k, mine) = match self.pad.as_mut() {
                 None => (left, false),
-                Some(p) => p.segment(bits, left),
-            };
-            if let Some(p) = self.pad.as_mut() {
-                if mine {
-                    out.push_pad(p.pad.cipher(), p.pad.position(), k);
+                Some(p) => {
+                    let (k, mine) = p.segment(bits, left);
+                    if mine {
+                        out.push_pad(p.pad.cipher(), p.pad.position(), k);
+                    }
+                    p.pad.skip(k as u64 * bits as u64);
+                    (k, mine)
                 }
-                p.pad.skip(k as u64 * bits as u64);
-            }
+            };
             if !mine {
+                let need = k as u64 * bits as u64;
+                self.ensure(need)?;
                 out.push_stored(self.data, self.pos, k);
-                self.pos += k as u64 * bits as u64;
+                self.pos += need;
             }
             left -= k;
         }

@@ -42,20 +42,27 @@ pub(crate) fn read_fields<T>(
             }
         }
         let done = 8 * groups as u64;
-        out.extend((done..safe as u64).map(|i| {
-            let p = pos + i * b;
-            let first = (p / 8) as usize;
-            map((u64::from_le_bytes(data[first..first + 8].try_into().expect("8 bytes")) >> (p % 8)) & m)
-        }));
+        out.extend((done..safe as u64).map(|i| map(field8(data, pos + i * b, m))));
     } else {
-        out.extend((0..safe as u64).map(|i| {
-            let p = pos + i * b;
-            let first = (p / 8) as usize;
-            let w = u128::from_le_bytes(data[first..first + 16].try_into().expect("16 bytes"));
-            map((w >> (p % 8)) as u64 & m)
-        }));
+        out.extend((0..safe as u64).map(|i| map(field16(data, pos + i * b, m))));
     }
     safe
+}
+
+/// The field at bit `p` of `data` under mask `m` (of at most 57 bits), from its 8-byte
+/// window.
+#[inline]
+fn field8(data: &[u8], p: u64, m: u64) -> u64 {
+    let first = (p / 8) as usize;
+    (u64::from_le_bytes(data[first..first + 8].try_into().expect("8 bytes")) >> (p % 8)) & m
+}
+
+/// The field at bit `p` of `data` under mask `m` (of up to 64 bits), from its 16-byte
+/// window.
+#[inline]
+fn field16(data: &[u8], p: u64, m: u64) -> u64 {
+    let first = (p / 8) as usize;
+    (u128::from_le_bytes(data[first..first + 16].try_into().expect("16 bytes")) >> (p % 8)) as u64 & m
 }
 
 /// The fields of `bits` (1..=64) bits at bits `pos`, `pos + bits`, … of `data` into `out`
@@ -80,17 +87,12 @@ pub(crate) fn read_fields_into(data: &[u8], pos: u64, bits: u32, out: &mut [u64]
             }
         }
         for (i, o) in out.iter_mut().enumerate().skip(8 * groups) {
-            let p = pos + i as u64 * b;
-            let first = (p / 8) as usize;
-            *o = (u64::from_le_bytes(data[first..first + 8].try_into().expect("8 bytes")) >> (p % 8)) & m;
+            *o = field8(data, pos + i as u64 * b, m);
         }
         return;
     }
     for (i, o) in out.iter_mut().enumerate() {
-        let p = pos + i as u64 * b;
-        let first = (p / 8) as usize;
-        let w = u128::from_le_bytes(data[first..first + 16].try_into().expect("16 bytes"));
-        *o = (w >> (p % 8)) as u64 & m;
+        *o = field16(data, pos + i as u64 * b, m);
     }
 }
 

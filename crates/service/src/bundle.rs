@@ -416,8 +416,9 @@ impl fmt::Debug for BundleWriter {
 /// Section bytes a [`BundleWriter`] holds in memory at most, handed over but not yet
 /// written (a larger section waits until none are). The dealer hands a batch's sections
 /// over at once; with two sections at most it waited for the writer before it could deal
-/// the next batch (MiniLM seq 32 to a memory file system, 7 runs: FuseFSS 202–209 →
-/// 184–187 ms, SIGMA 263–265 → 218–219 ms with 64 sections).
+/// the next batch (MiniLM seq 32 to a memory file system, key generation up to the last
+/// section handed over, two sets of 5 runs: FuseFSS 203–211 → 184–187 ms, SIGMA 269–276 →
+/// 225–232 ms).
 pub const WRITE_BEHIND_BYTES: usize = 256 << 20;
 
 /// A section handed to the writing thread: kind, node, body.
