@@ -723,8 +723,13 @@ pub struct ModelRow {
     /// AES blocks one server encrypts online (null when the dealer ran alongside).
     pub aes_blocks: Option<u64>,
     /// Batched AES time per block, measured in the same run: `aes_blocks ·
-    /// aes_ns_per_block` is the online time's AES floor.
+    /// aes_ns_per_block` is the online time's AES floor, `keygen_aes_blocks ·
+    /// aes_ns_per_block` the dealer's CPU floor.
     pub aes_ns_per_block: f64,
+    /// AES blocks the dealer encrypted for both parties' keys: their trees, its randomness,
+    /// the pads and root streams of seeded keys (null when the servers ran alongside,
+    /// `keys: stream`).
+    pub keygen_aes_blocks: Option<u64>,
     /// The process's peak resident memory during the run (the highest of the timed runs).
     pub peak_rss_bytes: u64,
     /// The process's CPU time during the online phase, ms: every thread (both servers,
@@ -805,6 +810,7 @@ impl ModelRow {
             keys_on_disk_bytes: o.keys_on_disk_bytes,
             aes_blocks: o.aes_blocks,
             aes_ns_per_block: aes_ns_per_block(3),
+            keygen_aes_blocks: (o.keys != "stream").then_some(o.deal.aes_blocks),
             peak_rss_bytes: peak_rss_bytes(),
             online_cpu_ms: o.online_cpu.map(|d| d.as_secs_f64() * 1e3),
             wipe_ms: o.runs.iter().map(|r| r.wipe.as_secs_f64() * 1e3).fold(0.0, f64::max),

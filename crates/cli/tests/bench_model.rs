@@ -45,6 +45,7 @@ fn model_rows_name_every_field_and_the_median_run() {
         "key_bytes_each",
         "aes_blocks",
         "aes_ns_per_block",
+        "keygen_aes_blocks",
         "peak_rss_bytes",
         "deal_cpu_ms_by_layer",
         "encode_cpu_ms_by_layer",
@@ -87,6 +88,8 @@ fn model_rows_name_every_field_and_the_median_run() {
         // Online AES work, and its time per block, both measured.
         assert!(r["aes_blocks"].as_u64().unwrap() > 10_000, "{r}");
         assert!(r["aes_ns_per_block"].as_f64().unwrap() > 0.0, "{r}");
+        // The dealer's AES: its trees, randomness and pads, more than a server's online.
+        assert!(r["keygen_aes_blocks"].as_u64().unwrap() > r["aes_blocks"].as_u64().unwrap(), "{r}");
         // Two timed runs; the reported time is their median (the upper one of two).
         let runs: Vec<f64> =
             r["online_ms_runs"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
@@ -117,6 +120,7 @@ fn model_rows_name_every_field_and_the_median_run() {
     let (f, s) = (get("fusefss"), get("sigma"));
     assert!(f["rounds"].as_u64() < s["rounds"].as_u64());
     assert!(f["comm_bytes"].as_u64() < s["comm_bytes"].as_u64());
+    assert!(f["keygen_aes_blocks"].as_u64() < s["keygen_aes_blocks"].as_u64());
 }
 
 #[test]

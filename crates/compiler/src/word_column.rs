@@ -85,52 +85,73 @@ impl WordColumn {
     }
 
     /// The first party's share of `len` values of `width` bits: uniform words from `rng`,
-    /// or zeros where the seeded encoding splits them ([`split_draws`]). The random shares
-    /// are drawn at the class's width: a generator word gives 64 one-bit shares or two
-    /// narrow ones (a word per element and a repacking pass cost the dealer ~a quarter of a
-    /// compiled gate's key generation).
+    /// or zeros where the seeded encoding splits them ([`split_draws`]); as
+    /// [`WordColumn::first_share`] and [`WordColumn::push_drawn`] make it chunk by chunk.
     ///
     /// [`split_draws`]: gates::dealer::split_draws
+    #[cfg(test)]
     pub(crate) fn draw<R: SplitRng + ?Sized>(rng: &mut R, len: usize, width: u32) -> WordColumn {
-        if rng.split() == Split::Resplit {
-            return WordColumn::Zero;
-        }
+        let mut a = WordColumn::first_share(rng.split(), len, width);
+        a.push_drawn(rng, len, width, &mut Vec::new());
+        a
+    }
+
+    /// The first party's share of a word before any element is drawn: an empty column with
+    /// room for `len` elements, or the zero column where the seeded encoding splits the
+    /// words (any split but [`Split::Random`]).
+    pub(crate) fn first_share(split: Split, len: usize, width: u32) -> WordColumn {
+        if split == Split::Random { WordColumn::with_capacity(len, width) } else { WordColumn::Zero }
+    }
+
+    /// Append `count` elements of the first party's share drawn from `rng` (`buf` is scratch;
+    /// the caller wipes it): uniform words at the class's width, a generator word giving 64
+    /// one-bit shares or two narrow ones (a word per element and a repacking pass cost the
+    /// dealer ~a quarter of a compiled gate's key generation). The zero column stays zero
+    /// (its words drawn and discarded or not drawn, [`split_draws`]). A one-bit column
+    /// takes a multiple of 64 elements but in its last call, a narrow one an even number.
+    ///
+    /// Drawn a chunk at a time beside the values it is subtracted from, the share is written
+    /// once and read back from cache (drawn whole ahead of the values, a GeLU's first shares
+    /// were zeroed, drawn, repacked and read back from memory).
+    ///
+    /// [`split_draws`]: gates::dealer::split_draws
+    pub(crate) fn push_drawn<R: SplitRng + ?Sized>(
+        &mut self,
+        rng: &mut R,
+        count: usize,
+        width: u32,
+        buf: &mut Vec<u64>,
+    ) {
         let m = mask(width);
-        // Generator words per class: a bit, half a word or a word per element.
+        // Generator words per class: a bit, half a word or a word per element (none at
+        // width 0).
         let words = match width {
-            0 | 1 => len.div_ceil(64),
-            2..=32 => len.div_ceil(2),
-            _ => len,
+            0 => 0,
+            1 => count.div_ceil(64),
+            2..=32 => count.div_ceil(2),
+            _ => count,
         };
-        let mut r = vec![0u64; words];
-        if width > 0 {
-            gates::dealer::split_draws(rng, &mut r);
-        }
-        if rng.split() != Split::Random {
-            // (Drawn and discarded, [`Split::ResplitDrawing`].)
-            return WordColumn::Zero;
-        }
-        match width {
-            0 | 1 => {
-                if let Some(last) = r.last_mut().filter(|_| !len.is_multiple_of(64)) {
-                    *last &= mask((len % 64) as u32);
+        buf.clear();
+        buf.resize(words, 0);
+        gates::dealer::split_draws(rng, buf);
+        match self {
+            WordColumn::Zero => {}
+            WordColumn::Bits(a) => {
+                if width == 0 {
+                    a.resize(a.len() + count.div_ceil(64), 0);
+                    return;
                 }
-                WordColumn::Bits(r)
+                if let Some(last) = buf.last_mut().filter(|_| !count.is_multiple_of(64)) {
+                    *last &= mask((count % 64) as u32);
+                }
+                a.extend_from_slice(buf);
             }
-            2..=32 => {
-                let a = r
-                    .iter()
-                    .flat_map(|&w| [w as u32, (w >> 32) as u32])
-                    .take(len)
-                    .map(|x| x & m as u32)
-                    .collect();
-                fss::wipe::wipe(&mut r);
-                WordColumn::Narrow(a)
+            WordColumn::Narrow(a) => {
+                let m = m as u32;
+                a.extend(buf.iter().flat_map(|&w| [w as u32 & m, (w >> 32) as u32 & m]).take(count))
             }
-            _ => {
-                r.iter_mut().for_each(|x| *x &= m);
-                WordColumn::Wide(r)
-            }
+            WordColumn::Wide(a) => a.extend(buf.iter().map(|&x| x & m)),
+            WordColumn::Packed(_) => unreachable!("the dealer's columns are never packed"),
         }
     }
 
@@ -414,6 +435,37 @@ mod tests {
                     }
                     let drew = split != Split::Resplit || draws == 0;
                     assert_eq!(rng.next_u64() == after, drew, "{at}");
+                }
+            }
+        }
+    }
+
+    /// A first share drawn chunk by chunk (chunks of 64 and 192 elements, a short last one)
+    /// is the one drawn at once, in every class and split, and takes as many generator words.
+    #[test]
+    fn a_first_share_drawn_in_chunks_is_the_whole() {
+        for width in [0u32, 1, 2, 17, 32, 33, 37, 64] {
+            for len in [1usize, 64, 65, 200, 1000] {
+                for split in [Split::Random, Split::Resplit, Split::ResplitDrawing] {
+                    let mut rng = DealerRng::seed_from_u64(9).with_split(split);
+                    let whole = WordColumn::draw(&mut rng, len, width);
+                    let after = rng.next_u64();
+                    for chunk in [64usize, 192] {
+                        let mut rng = DealerRng::seed_from_u64(9).with_split(split);
+                        let mut parts = WordColumn::first_share(split, len, width);
+                        let mut buf = Vec::new();
+                        for at in (0..len).step_by(chunk) {
+                            parts.push_drawn(&mut rng, chunk.min(len - at), width, &mut buf);
+                        }
+                        let at = format!("width {width} len {len} chunk {chunk} {split:?}");
+                        assert!(words_of(&parts, len) == words_of(&whole, len), "{at}");
+                        assert_eq!(
+                            matches!(parts, WordColumn::Zero),
+                            matches!(whole, WordColumn::Zero),
+                            "{at}"
+                        );
+                        assert_eq!(rng.next_u64(), after, "{at}");
+                    }
                 }
             }
         }

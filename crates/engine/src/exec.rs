@@ -161,6 +161,10 @@ pub struct DealReport {
     pub deal_cpu_by_label: Vec<(&'static str, Duration)>,
     /// ... and encoding them for bundles (empty when keys are handed over in memory).
     pub encode_cpu_by_label: Vec<(&'static str, Duration)>,
+    /// AES blocks the process encrypted while dealing: the keys' trees
+    /// ([`fss::prg::aes_blocks`]) and the dealer's randomness, pads and root streams
+    /// ([`fss::prg::stream_blocks`]) — the dealer's AES floor, if nothing else ran.
+    pub aes_blocks: u64,
 }
 
 fn charge<T: Copy + std::ops::AddAssign>(list: &mut Vec<(&'static str, T)>, label: &'static str, v: T) {
@@ -299,6 +303,8 @@ fn deal_step_split(
     // Keys handed over as dealt, not encoded, keep the dealt split: it must be random.
     let seeded = if s0.wants_bytes() && s1.wants_bytes() { seeded } else { Split::Random };
     let t = Instant::now();
+    let aes = || fss::prg::aes_blocks() + fss::prg::stream_blocks();
+    let aes_before = aes();
     let n = g.n;
     // Masks of values that later nodes still read (freed after their last reader, once the
     // keys that read them are dealt).
@@ -394,6 +400,7 @@ fn deal_step_split(
     report.party_key_bits.iter_mut().for_each(|b| *b += masks_bits);
     report.key_bits = report.party_key_bits[0].max(report.party_key_bits[1]);
     report.time = t.elapsed();
+    report.aes_blocks = aes() - aes_before;
     let carry = g.carry.iter().map(|&v| masks[v].clone()).collect();
     Ok((report, carry))
 }

@@ -180,6 +180,7 @@ pub(crate) fn counter_blocks(cipher: &Aes128Enc, ctr: &mut u128, blocks: &mut [A
         *b = ctr.to_le_bytes().into();
         *ctr += 1;
     }
+    crate::prg::count_stream_blocks(blocks.len() as u64);
     cipher.encrypt_blocks(blocks);
 }
 

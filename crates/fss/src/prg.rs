@@ -80,6 +80,24 @@ pub fn aes_blocks() -> u64 {
     AES_BLOCKS.load(Ordering::Relaxed)
 }
 
+/// AES blocks of counter-mode streams, by every thread of the process: the dealer's
+/// randomness ([`crate::rng::DealerRng`]), the pads and root streams of seeded keys
+/// ([`crate::pad`]). Not in [`aes_blocks`]: a key generation's AES is the two together
+/// (`bench model`'s `keygen_aes_blocks`), and a server's online count stays its trees'.
+static STREAM_BLOCKS: AtomicU64 = AtomicU64::new(0);
+
+/// AES blocks of counter-mode streams so far, by every thread of the process (see
+/// [`STREAM_BLOCKS`]).
+pub fn stream_blocks() -> u64 {
+    STREAM_BLOCKS.load(Ordering::Relaxed)
+}
+
+/// Count `n` blocks of a counter-mode stream.
+#[inline]
+pub(crate) fn count_stream_blocks(n: u64) {
+    STREAM_BLOCKS.fetch_add(n, Ordering::Relaxed);
+}
+
 /// Count `n` blocks encrypted outside [`Prg`] (the fused walk's own AES rounds).
 #[inline]
 #[allow(dead_code)] // (only the VAES walk calls it)

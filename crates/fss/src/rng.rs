@@ -108,6 +108,7 @@ fn keystream(cipher: &Aes128Enc, counter: &mut u128, out: &mut [u64]) {
         *counter = counter.wrapping_add(1);
     }
     let bytes: &mut [[u8; 16]] = bytemuck::cast_slice_mut(out);
+    crate::prg::count_stream_blocks(bytes.len() as u64);
     cipher.encrypt_blocks(AesBlock::cast_slice_from_core_mut(bytes));
     out.iter_mut().for_each(|w| *w = u64::from_le(*w));
 }
@@ -286,6 +287,18 @@ pub(crate) fn random_block<R: CryptoRng + ?Sized>(rng: &mut R) -> u128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The generator's blocks count as stream blocks (the dealer's AES in `bench model`'s
+    /// `keygen_aes_blocks`): at least a block per two words drawn. (Other tests draw at the
+    /// same time, so the count can only be bounded below.)
+    #[test]
+    fn drawn_words_count_as_stream_blocks() {
+        let mut r = DealerRng::from_seed([7u8; 32]);
+        let before = crate::prg::stream_blocks();
+        let mut out = vec![0u64; 10_000];
+        r.fill_words(&mut out);
+        assert!(crate::prg::stream_blocks() - before >= 5_000);
+    }
 
     /// The generator is AES-128-CTR: with the zero key and counter, its first block is
     /// FIPS-197's `AES_0(0) = 66e94bd4ef8a2c3b884cfa59ca342b2e`, then `AES_0(1)`, …; words

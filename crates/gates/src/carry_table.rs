@@ -169,10 +169,11 @@ impl ArsSlackTable {
         let z = random_bits(rng, nz * self.len);
         // The slots, packed: element i's tables at bits [i·sb, i·sb + tb), its masks after.
         let mut tables = vec![0u64; (self.len * sb).div_ceil(64)];
+        let tb = self.table_bits();
         for (i, &ri) in r.iter().enumerate() {
             let low = ri & mask(s);
             let (rh, rm, rl) = (low >> (mb + lb), (low >> lb) & mask(mb), low & mask(lb));
-            set_bits(&mut tables, i * sb + self.table_bits(), &z[nz * i..nz * (i + 1)]);
+            set_bits(&mut tables, i * sb + tb, &z[nz * i..nz * (i + 1)]);
             let mut at = i * sb;
             for (w, rc) in [(hb, rh), (mb, rm)] {
                 if w > 0 {
@@ -371,10 +372,15 @@ fn bits_at(words: &[u64], pos: usize, w: u32) -> u64 {
     v & mask(w)
 }
 
-/// Sets bit `at + j` of `v` for every `bits[j]` that is set.
+/// Sets bit `at + j` of `v` for every `bits[j]` that is set (at most 64 bits: gathered
+/// into one word, ORed into the one or two words they fall in).
 fn set_bits(v: &mut [u64], at: usize, bits: &[bool]) {
-    for (j, &b) in bits.iter().enumerate() {
-        v[(at + j) / 64] |= (b as u64) << ((at + j) % 64);
+    debug_assert!(bits.len() <= 64);
+    let w = bits.iter().enumerate().fold(0u64, |w, (j, &b)| w | (b as u64) << j);
+    let (i, sh) = (at / 64, at % 64);
+    v[i] |= w << sh;
+    if sh + bits.len() > 64 {
+        v[i + 1] |= w >> (64 - sh);
     }
 }
 

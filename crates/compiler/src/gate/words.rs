@@ -108,9 +108,9 @@ fn apply(t: &mut [u64], first: bool, xs: impl Iterator<Item = u64>) {
 }
 
 /// Both parties' shares of every dealer word of `p` (planned as `plan`) for `len`
-/// elements, plus its output mask from `rout` where it carries one. The first party's
-/// shares are drawn word by word before any value is computed (the generator's order of a
-/// word-by-word split), the second's filled chunk by chunk.
+/// elements, plus its output mask from `rout` where it carries one. Both are made chunk by
+/// chunk: in a chunk, each word's first share is drawn ([`WordColumn::push_drawn`]) and
+/// its second is the value minus it.
 pub(super) fn deal_words<R: SplitRng + ?Sized>(
     p: &Program,
     plan: &WordPlan,
@@ -124,19 +124,26 @@ pub(super) fn deal_words<R: SplitRng + ?Sized>(
     /// setup more often (the words of `bench ops --ops gelu --rows 7` at n = 50: 8.8 ms for
     /// 65,536 elements in chunks of 2,048, 9.3 in chunks of 512 or of 4,096).
     const CHUNK: usize = 2048;
-    let first: Vec<WordColumn> = p.words.iter().map(|w| WordColumn::draw(rng, len, w.width)).collect();
+    let mut first: Vec<WordColumn> =
+        p.words.iter().map(|w| WordColumn::first_share(rng.split(), len, w.width)).collect();
     let mut second: Vec<WordColumn> =
         p.words.iter().map(|w| WordColumn::with_capacity(len, w.width)).collect();
-    let mut monos = vec![0u64; plan.monos.len() * CHUNK];
+    let mut draws = Vec::with_capacity(CHUNK);
+    // (A short column, such as the softmax's reciprocal of one word per row, takes buffers
+    // of its own length, not a chunk's.)
+    let chunk = CHUNK.min(len).max(1);
+    let mut monos = vec![0u64; plan.monos.len() * chunk];
     let mut vals = [0u64; CHUNK];
-    for at in (0..len).step_by(CHUNK) {
-        let c = CHUNK.min(len - at);
-        for (m, factors) in monos.chunks_exact_mut(CHUNK).zip(&plan.monos) {
+    for at in (0..len).step_by(chunk) {
+        let c = chunk.min(len - at);
+        for (m, factors) in monos.chunks_exact_mut(chunk).zip(&plan.monos) {
             for (i, &f) in factors.iter().enumerate() {
                 s.factor(&mut m[..c], at, f, i == 0)?;
             }
         }
-        for (((w, (konst, terms)), a), b) in p.words.iter().zip(&plan.words).zip(&first).zip(&mut second) {
+        for (((w, (konst, terms)), a), b) in p.words.iter().zip(&plan.words).zip(&mut first).zip(&mut second)
+        {
+            a.push_drawn(rng, c, w.width, &mut draws);
             let v = &mut vals[..c];
             match w.out_mask {
                 Some(o) => v.copy_from_slice(&rout[o * len + at..o * len + at + c]),
@@ -146,7 +153,7 @@ pub(super) fn deal_words<R: SplitRng + ?Sized>(
                 v.iter_mut().for_each(|x| *x = x.wrapping_add(*konst));
             }
             for &(coef, k) in terms {
-                let t = &monos[k * CHUNK..k * CHUNK + c];
+                let t = &monos[k * chunk..k * chunk + c];
                 if coef == 1 {
                     v.iter_mut().zip(t).for_each(|(x, &y)| *x = x.wrapping_add(y));
                 } else {
@@ -159,6 +166,7 @@ pub(super) fn deal_words<R: SplitRng + ?Sized>(
         }
     }
     fss::wipe::wipe(&mut monos);
+    fss::wipe::wipe(&mut draws);
     zeroize::Zeroize::zeroize(&mut vals);
     Ok([first, second])
 }
