@@ -277,13 +277,6 @@ pub(crate) fn random_roots<R: CryptoRng + ?Sized>(rng: &mut R, keys: usize) -> V
     })
 }
 
-/// A uniformly random 128-bit block.
-pub(crate) fn random_block<R: CryptoRng + ?Sized>(rng: &mut R) -> u128 {
-    let mut b = [0u8; 16];
-    rng.fill_bytes(&mut b);
-    u128::from_le_bytes(b)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 use crate::codec::{self, BitReader, BitWriter, Header, KeyKind};
 use crate::error::{DecodeError, FssError};
 use crate::prg::Prg;
-use crate::rng::{CryptoRng, random_block, random_roots};
+use crate::rng::{CryptoRng, random_roots};
 use crate::share::{Party, XorBit};
 use crate::tree::{DealerTrees, ROOT_BITS, TreeKeys, check_keys, path_bit};
 use crate::walk;
@@ -85,11 +85,6 @@ pub(super) fn leaf_at(words: &[u64], k: usize) -> [u128; 2] {
     [u128::from(c[0]) | u128::from(c[1]) << 64, u128::from(c[2]) | u128::from(c[3]) << 64]
 }
 
-/// Leaf blocks as the four words per key that [`BitDpfKeys::leaf_cw`] holds.
-fn leaf_words(blocks: &[[u128; 2]]) -> Words {
-    Words::Owned(blocks.iter().flat_map(|b| b.map(|x| [x as u64, (x >> 64) as u64])).flatten().collect())
-}
-
 impl std::fmt::Debug for BitDpfKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BitDpfKeys")
@@ -131,13 +126,20 @@ pub fn keygen<R: CryptoRng + ?Sized>(
     let key = |party, tree, leaf_cw| BitDpfKeys { params, party, tree, leaf_cw };
     if params.is_table() {
         let (t0, t1) = (TreeKeys::with_capacity(0, 0), TreeKeys::with_capacity(0, 0));
-        let mut shares = (Vec::with_capacity(m), Vec::with_capacity(m));
-        for &a in alphas {
-            let s0 = random_block(rng) & table_mask(params.domain_bits);
-            shares.0.push([s0, 0]);
-            shares.1.push([s0 ^ (1u128 << a), 0]);
+        // One draw for the batch (a block per key, 16 little-endian bytes), each
+        // party's leaf words `[lo, hi, 0, 0]` written straight from it.
+        let mut draws = vec![0u8; 16 * m];
+        rng.fill_bytes(&mut draws);
+        let tm = table_mask(params.domain_bits);
+        let (mut w0, mut w1) = (Vec::with_capacity(4 * m), Vec::with_capacity(4 * m));
+        for (&a, d) in alphas.iter().zip(draws.as_chunks::<16>().0) {
+            let s0 = u128::from_le_bytes(*d) & tm;
+            let s1 = s0 ^ (1u128 << a);
+            w0.extend_from_slice(&[s0 as u64, (s0 >> 64) as u64, 0, 0]);
+            w1.extend_from_slice(&[s1 as u64, (s1 >> 64) as u64, 0, 0]);
         }
-        return Ok((key(Party::P0, t0, leaf_words(&shares.0)), key(Party::P1, t1, leaf_words(&shares.1))));
+        crate::wipe::wipe(&mut draws);
+        return Ok((key(Party::P0, t0, Words::Owned(w0)), key(Party::P1, t1, Words::Owned(w1))));
     }
     let (n, levels) = (params.domain_bits, params.levels());
     let prg = Prg::global();
