@@ -166,7 +166,7 @@ impl ArsSlackTable {
         let (n, s, m) = (self.bits, self.shift, mask(self.out_bits));
         let (hb, mb, lb, sb) = (self.high_bits(), self.mid_bits(), self.low_bits(), self.slot_bits());
         let nz = self.opened_bits();
-        let z = random_bits(rng, nz * self.len);
+        let mut z = random_bits(rng, nz * self.len);
         // The slots, packed: element i's tables at bits [i·sb, i·sb + tb), its masks after.
         let mut tables = vec![0u64; (self.len * sb).div_ceil(64)];
         let tb = self.table_bits();
@@ -189,12 +189,19 @@ impl ArsSlackTable {
         let t1: Vec<u64> = tables.iter().zip(&t0).map(|(&t, &a)| t ^ a).collect();
         tables.zeroize();
         // `a = â ⊕ z₁`: the word for `â` is `v₀ − a`.
-        let v0: Vec<u64> = r.iter().zip(rout).map(|(&r, &o)| o.wrapping_sub(r >> s) & m).collect();
+        // (Every vector of values wiped once shared: they are the dealer's secrets.)
+        let shared = |mut v: Vec<u64>, rng: &mut R| {
+            let pair = share(rng, &v, self.out_bits);
+            v.zeroize();
+            pair
+        };
+        let mut v0: Vec<u64> = r.iter().zip(rout).map(|(&r, &o)| o.wrapping_sub(r >> s) & m).collect();
         let pick = |hat: bool| -> Vec<u64> {
             v0.iter().enumerate().map(|(i, &v)| v.wrapping_sub((hat ^ z[nz * i]) as u64) & m).collect()
         };
-        let (a0, a1) = share(rng, &pick(false), self.out_bits);
-        let (b0, b1) = share(rng, &pick(true), self.out_bits);
+        let (a0, a1) = shared(pick(false), rng);
+        let (b0, b1) = shared(pick(true), rng);
+        v0.zeroize();
         // The products of the other masks the second round needs, as ring elements.
         let products: &[&[usize]] = if mb > 0 {
             &[&[1], &[2], &[3], &[4], &[1, 2], &[1, 3], &[1, 4], &[3, 4], &[1, 3, 4]]
@@ -205,10 +212,11 @@ impl ArsSlackTable {
         for (k, idx) in products.iter().enumerate() {
             let v: Vec<u64> =
                 z.chunks_exact(nz).map(|zi| idx.iter().fold(true, |all, &j| all & zi[j]) as u64).collect();
-            (ez0[k], ez1[k]) = share(rng, &v, self.out_bits);
+            (ez0[k], ez1[k]) = shared(v, rng);
         }
         let wrap: Vec<u64> = r.iter().map(|&r| (((r >> (n - 1)) & 1) << (n - s)) & m).collect();
-        let (w0, w1) = share(rng, &wrap, self.out_bits);
+        let (w0, w1) = shared(wrap, rng);
+        z.zeroize();
         let out_bits = self.out_bits;
         let key =
             |party, tables, corr, ez, wrap| ArsSlackTableKey { party, out_bits, tables, corr, ez, wrap };
