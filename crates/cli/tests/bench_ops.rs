@@ -79,7 +79,8 @@ fn sigma_rows_are_exact_with_sigma_round_counts() {
 /// depend on the element count).
 #[test]
 fn compiled_rows_beat_sigma_rows() {
-    let ops = "ars_slack,ars_exact,ars_sign,gelu,silu,nexp,nexp_interp,reciprocal,rsqrt,softmax,layernorm";
+    let ops = "ars_slack,ars_exact,ars_sign,gelu,gelu_models,silu,silu_models,nexp,nexp_interp,reciprocal,\
+               rsqrt,softmax,layernorm";
     let rows = json_rows(&[
         "bench",
         "ops",
@@ -114,6 +115,16 @@ fn compiled_rows_beat_sigma_rows() {
     let (s, c) = (get("ars_slack", "sigma"), get("ars_slack", "fusefss"));
     assert!(f(&c, "key_bytes_per_elem") <= 0.5 * f(&s, "key_bytes_per_elem"), "{c} vs {s}");
     assert_eq!(f(&c, "rounds"), f(&s, "rounds"));
+    // GeLU and SiLU as the models run them: in SIGMA's error class, at or below its error,
+    // for less key, communication and rounds.
+    for (op, models) in [("gelu", "gelu_models"), ("silu", "silu_models")] {
+        let (s, c) = (get(op, "sigma"), get(models, "fusefss"));
+        assert!(f(&c, "key_bytes_per_elem") <= 0.8 * f(&s, "key_bytes_per_elem"), "{c} vs {s}");
+        assert!(f(&c, "comm_bytes_per_elem") <= 0.5 * f(&s, "comm_bytes_per_elem"), "{c} vs {s}");
+        assert!(f(&c, "rounds") < f(&s, "rounds"), "{c} vs {s}");
+        assert!(f(&c, "max_abs_err") <= f(&s, "max_abs_err"), "{c} vs {s}");
+        assert!(c["shape"].as_str().unwrap().contains("the models'"), "{c}");
+    }
     // `e^{−x}` interpolated in rows: below SIGMA's error too, for less key.
     let (s, c) = (get("nexp", "sigma"), get("nexp_interp", "fusefss"));
     assert!(f(&c, "key_bytes_per_elem") <= 0.8 * f(&s, "key_bytes_per_elem"), "{c} vs {s}");

@@ -111,7 +111,8 @@ pub struct OpsBenchArgs {
     /// models' `composite::GELU_ROW_BITS`, and `gelu_whole` whole rows, `library::gelu_rows`,
     /// the models' GeLU before protocol revision 20); `e^{−x}`: rows of `2^rows` ulps read
     /// as steps (`library::nexp_rows_nonneg`, with `--split true` the softmax's table before
-    /// protocol revision 22; the models' `e^{−x}` is now the row `nexp_interp`).
+    /// protocol revision 22; the models' `e^{−x}` is now the row `nexp_interp`). The rows
+    /// `gelu_models` and `silu_models` are the models' GeLU and SiLU whatever the flags.
     #[arg(long, default_value_t = 0)]
     rows: u32,
     /// Compiled GeLU and SiLU: read the input with slack (`OperatorSpec::slack`: it stays
@@ -188,7 +189,9 @@ const OPS: &[(&str, bool, bool)] = &[
     ("gelu_whole", false, true),
     ("gelu_mode0", true, true),
     ("gelu_tanh", false, true),
+    ("gelu_models", false, true),
     ("silu", true, true),
+    ("silu_models", false, true),
     ("sigmoid", false, true),
     ("tanh", false, true),
     ("clip", false, true),
@@ -706,6 +709,28 @@ fn fusefss_op(op: &str, a: &OpsBenchArgs, rng: &mut DealerRng) -> anyhow::Result
             a,
             rng,
         ),
+        "gelu_models" | "silu_models" => {
+            // The compiled GeLU and SiLU exactly as the models run them
+            // (`composite::gelu`, `composite::silu`): the residual from rows of
+            // `2^GELU_ROW_BITS` ulps on inputs of `n − f` bits, read with slack, the
+            // comparison split at the rows (`--rows`, `--slack` and `--split` do not apply).
+            // Against SIGMA's `gelu` and `silu` rows: the same functions in SIGMA's error class.
+            let rows = composite::GELU_ROW_BITS;
+            let (spec, func) = if op == "gelu_models" {
+                (library::gelu_rows_fine(m1, n, f, GeluForm::Erf, rows), Function::Gelu)
+            } else {
+                (library::silu_rows(m1, n, f, rows), Function::Silu)
+            };
+            let spec = OperatorSpec { slack: true, ..spec };
+            let x = activation_inputs(ring, rng, e, m1, one);
+            let err = scan_error(-16 * one, 16 * one, ring, f, eval(&spec), |v| func.f64(v));
+            let shape = format!(
+                "{e}, the models': input fits {m1} bits, rows of 2^{rows}, split, with slack, {} intervals",
+                spec.pieces.len()
+            );
+            let a = OpsBenchArgs { split: Some(true), ..a.clone() };
+            run_compiled(op, &spec, x, shape, Some(err), &a, rng)
+        }
         "gelu" | "gelu_fine" | "gelu_whole" | "gelu_mode0" | "gelu_tanh" | "silu" => {
             let in_bits = if matches!(op, "gelu" | "gelu_fine" | "gelu_whole") { m1 } else { n };
             let (spec, func) = match op {
