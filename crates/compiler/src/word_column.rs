@@ -122,10 +122,6 @@ impl WordColumn {
         width: u32,
         buf: &mut Vec<u64>,
     ) {
-        if matches!(self, WordColumn::Zero) && rng.split() == Split::Resplit {
-            // (Nothing drawn, nothing kept.)
-            return;
-        }
         let m = mask(width);
         // Generator words per class: a bit, half a word or a word per element (none at
         // width 0).
