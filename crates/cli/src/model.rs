@@ -810,7 +810,7 @@ impl ModelRow {
             keys_on_disk_bytes: o.keys_on_disk_bytes,
             aes_blocks: o.aes_blocks,
             aes_ns_per_block: aes_ns_per_block(3),
-            keygen_aes_blocks: (o.keys != "stream").then_some(o.deal.aes_blocks),
+            keygen_aes_blocks: (o.keys != KeysAt::Stream.name()).then_some(o.deal.aes_blocks),
             peak_rss_bytes: peak_rss_bytes(),
             online_cpu_ms: o.online_cpu.map(|d| d.as_secs_f64() * 1e3),
             wipe_ms: o.runs.iter().map(|r| r.wipe.as_secs_f64() * 1e3).fold(0.0, f64::max),

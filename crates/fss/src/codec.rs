@@ -268,9 +268,10 @@ fn append_words(buf: &mut Vec<u8>, words: &[u64]) {
     }
 }
 
-/// `v`'s low `k ≤ 64` bits placed at bits `at .. at + k` of the bit string `words`.
+/// `v`'s low `k ≤ 64` bits placed (ORed) at bits `at .. at + k` of the bit string `words`
+/// (bit `i` is bit `i % 64` of `words[i / 64]`).
 #[inline]
-fn place_bits(words: &mut [u64], at: usize, v: u64, k: u32) {
+pub fn place_bits(words: &mut [u64], at: usize, v: u64, k: u32) {
     let (w, o) = (at / 64, (at % 64) as u32);
     let v = v & mask(k);
     words[w] |= v << o;

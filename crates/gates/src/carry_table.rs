@@ -380,16 +380,12 @@ fn bits_at(words: &[u64], pos: usize, w: u32) -> u64 {
     v & mask(w)
 }
 
-/// Sets bit `at + j` of `v` for every `bits[j]` that is set (at most 64 bits: gathered
-/// into one word, ORed into the one or two words they fall in).
+/// Sets bit `at + j` of `v` for every `bits[j]` that is set (at most 64 bits, gathered
+/// into one word).
 fn set_bits(v: &mut [u64], at: usize, bits: &[bool]) {
     debug_assert!(bits.len() <= 64);
     let w = bits.iter().enumerate().fold(0u64, |w, (j, &b)| w | (b as u64) << j);
-    let (i, sh) = (at / 64, at % 64);
-    v[i] |= w << sh;
-    if sh + bits.len() > 64 {
-        v[i + 1] |= w >> (64 - sh);
-    }
+    fss::codec::place_bits(v, at, w, bits.len() as u32);
 }
 
 /// Sets bits `at..at + count` of `v`.
